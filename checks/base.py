@@ -1,0 +1,29 @@
+"""CheckResult: what a check measured, against what threshold, with what evidence."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    # The check did not measure (and says why in evidence); never reported as PASS.
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    measured: dict[str, Any] = field(default_factory=dict)
+    threshold: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data

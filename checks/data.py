@@ -1,0 +1,145 @@
+"""The data gate: does the target hold every selected source object, byte for byte?
+
+Listings of both sides are merge-joined with the ledger. An object the ledger recorded as
+verified, whose source and target are still exactly what they were then (same signatures), is
+counted verified without reading it; an object changed on either side since is a FAIL. Objects
+the ledger does not know are compared by stored checksums, or by reading both when a side
+stores none. `deep=True` re-reads every target object and compares its checksum.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from checks.base import CheckResult, Status
+from connectors.base import Connector, ObjectInfo
+from connectors.checksum import crc32c, label
+from connectors.transfer import TransferSettings, job_name, retrying
+from ferry.ledger import Ledger, ObjectRecord
+
+_EVIDENCE_KEPT = 20
+_WINDOW = 256
+
+
+def _hash(connector: Connector, info: ObjectInfo, settings: TransferSettings) -> str:
+    value, offset = 0, 0
+    call = retrying(settings)
+    while offset < info.size:
+        length = min(settings.part_size, info.size - offset)
+        value = crc32c(call.copy()(connector.open_range, info.key, offset, length), value)
+        offset += length
+    return label(value)
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.counts = {
+            "objects_source": 0, "objects_target": 0, "bytes_source": 0, "bytes_target": 0,
+            "missing": 0, "size_mismatch": 0, "changed_after_copy": 0, "checksum_mismatch": 0,
+            "extra_in_target": 0, "verified_by_ledger": 0, "verified_by_stored_checksum": 0,
+            "verified_by_reading": 0, "could_not_compare": 0,
+        }
+        self.evidence: list[str] = []
+
+    def problem(self, kind: str, key: str, detail: str = "") -> None:
+        self.counts[kind] += 1
+        if len(self.evidence) < _EVIDENCE_KEPT:
+            self.evidence.append(f"{kind}: {key}" + (f" ({detail})" if detail else ""))
+
+
+def check_data(
+    source: Connector, target: Connector, ledger: Ledger, settings: TransferSettings, *, deep: bool = False
+) -> CheckResult:
+    """Compare target against source: objects, bytes, per-object size and checksum."""
+    tally = _Tally()
+    job = job_name(source, target)
+    records = ledger.objects(job)
+    rec = next(records, None)
+    src_it = (i for i in source.list() if settings.selects(i.key))
+    dst_it = (i for i in target.list() if settings.selects(i.key))
+    s, d = next(src_it, None), next(dst_it, None)
+    pending: deque[Future] = deque()
+    with ThreadPoolExecutor(max_workers=min(32, settings.threads)) as pool:
+        while s is not None or d is not None:
+            key = min(x.key for x in (s, d) if x is not None)
+            while rec is not None and rec.key < key:
+                rec = next(records, None)
+            cur_s = s if s is not None and s.key == key else None
+            cur_d = d if d is not None and d.key == key else None
+            if cur_s is not None:
+                tally.counts["objects_source"] += 1
+                tally.counts["bytes_source"] += cur_s.size
+                s = next(src_it, None)
+            if cur_d is not None:
+                tally.counts["objects_target"] += 1
+                tally.counts["bytes_target"] += cur_d.size
+                d = next(dst_it, None)
+            if cur_s is None:
+                tally.counts["extra_in_target"] += 1
+            elif cur_d is None:
+                tally.problem("missing", key)
+            elif cur_s.size != cur_d.size:
+                tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
+            else:
+                record = rec if rec is not None and rec.key == key else None
+                pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
+                while len(pending) >= _WINDOW:
+                    _settle(pending.popleft(), tally)
+        while pending:
+            _settle(pending.popleft(), tally)
+    counts = tally.counts
+    failing = ("missing", "size_mismatch", "changed_after_copy", "checksum_mismatch", "could_not_compare")
+    if settings.delete and counts["extra_in_target"]:
+        failing += ("extra_in_target",)
+    status = Status.FAIL if any(counts[k] for k in failing) else Status.PASS
+    threshold = {k: 0 for k in failing}
+    return CheckResult("data.target_matches_source", status, dict(counts), threshold, tally.evidence)
+
+
+def _settle(future: Future, tally: _Tally) -> None:
+    outcome, key, detail = future.result()
+    if outcome.startswith("verified"):
+        tally.counts[outcome] += 1
+    else:
+        tally.problem(outcome, key, detail)
+
+
+def _compare(
+    source: Connector,
+    target: Connector,
+    src: ObjectInfo,
+    dst: ObjectInfo,
+    record: ObjectRecord | None,
+    settings: TransferSettings,
+    deep: bool,
+) -> tuple[str, str, str]:
+    """One object both sides hold with equal sizes: (outcome, key, detail)."""
+    key = src.key
+    try:
+        if record is not None and record.size == src.size:
+            if record.dst_sig != dst.signature:
+                return "changed_after_copy", key, "the target object was rewritten after ferry verified it"
+            if record.src_sig != src.signature:
+                return "changed_after_copy", key, "the source object changed after the copy"
+            if not deep:
+                return "verified_by_ledger", key, ""
+            expected = record.checksum or _hash(source, src, settings)
+            held = _hash(target, dst, settings)
+            return ("verified_by_reading", key, "") if held == expected else (
+                "checksum_mismatch", key, f"target reads {held}, expected {expected}"
+            )
+        call = retrying(settings)
+        src_sum = call.copy()(source.stat, key).checksum
+        dst_sum = call.copy()(target.stat, key).checksum
+        if src_sum and dst_sum and not deep:
+            if src_sum == dst_sum:
+                return "verified_by_stored_checksum", key, ""
+            return "checksum_mismatch", key, f"source stores {src_sum}, target {dst_sum}"
+        src_sum = _hash(source, src, settings)
+        dst_sum = _hash(target, dst, settings)
+        if src_sum == dst_sum:
+            return "verified_by_reading", key, ""
+        return "checksum_mismatch", key, f"source reads {src_sum}, target {dst_sum}"
+    except Exception as exc:  # noqa: BLE001 - a gate reports, it does not crash
+        return "could_not_compare", key, str(exc)

@@ -1,0 +1,1 @@
+"""Where data lives, and the transfer engine that moves it."""

@@ -1,0 +1,190 @@
+"""The connector contract: a small required interface plus declared optional features.
+
+A connector is bound to one root (a bucket and prefix, a container and prefix, a directory);
+every key it takes or yields is relative to that root and is carried exactly: no Unicode
+normalisation, no URL-decoding, no collapsing of ``//``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ferry.profiles import Profile
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A parsed storage URL: scheme, bucket (or container, or fsspec host) and key prefix."""
+
+    url: str
+    scheme: str
+    bucket: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object as a listing or a stat sees it."""
+
+    key: str
+    size: int
+    # Changes whenever the object's bytes change: the ETag, or mtime_ns for files.
+    signature: str = ""
+    # ferry's full-object checksum ("crc32c:xxxxxxxx") where the store keeps it; None if unknown.
+    checksum: str | None = None
+    content_type: str | None = None
+    # User metadata; None when the call that produced this did not fetch it (listings).
+    metadata: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSpec:
+    """What a write carries besides the bytes."""
+
+    content_type: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    checksum: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A finished part of a multipart upload."""
+
+    number: int
+    size: int
+    etag: str
+    # CRC32C of the part's bytes; None for a server-side copied part whose bytes we never saw.
+    crc32c: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Optional features a connector declares; the engine picks the cheapest path from them."""
+
+    # Server-side copy from another connector of the same store (S3 CopyObject / UploadPartCopy).
+    server_side_copy: bool = False
+    # Can stage a part from a URL another store hands out (Azure Put Block From URL).
+    url_source: bool = False
+    # Can hand out a time-limited URL that another store may GET (S3 presigned URLs).
+    presign: bool = False
+    # Keeps ferry's checksum with the object, so a later stat() returns it.
+    stores_checksum: bool = False
+    # Any key is representable (object stores); False for filesystems.
+    exact_keys: bool = True
+    min_part_size: int = 1
+    max_part_size: int = 5 * GiB
+    max_parts: int = 10_000
+    # Largest object written in one request.
+    max_single_put: int = 5 * GiB
+
+
+class Connector(abc.ABC):
+    """A place objects live. Required: list, stat, open_range, put, delete, multipart."""
+
+    kind: str = ""
+    capabilities: Capabilities = Capabilities()
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    # -- required -------------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def from_location(cls, location: Location, profile: Profile | None) -> Connector:
+        """Open the connector a parsed URL (and its profile, if the scheme is an alias) names."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Fail with one clear error if the root is unreachable (no bucket, no credentials)."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield objects under prefix in key order (code point order), streamed page by page."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """One object with metadata and stored checksum; NotFoundError if absent."""
+
+    @abc.abstractmethod
+    def open_range(self, key: str, start: int, length: int) -> bytes:
+        """Read length bytes from start."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
+        """Write a whole object in one request; the store's receipt is verified before return."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove one object; absent is fine."""
+
+    @abc.abstractmethod
+    def begin(self, key: str, spec: WriteSpec, part_size: int) -> str:
+        """Start a multipart upload of part_size parts (the last may be shorter); return its id."""
+
+    @abc.abstractmethod
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        """Upload part `number` (1-based); the store's receipt is verified before return."""
+
+    @abc.abstractmethod
+    def complete(self, key: str, upload_id: str, parts: list[Part], spec: WriteSpec) -> ObjectInfo:
+        """Assemble the parts in order; spec.checksum is the full-object checksum to store."""
+
+    @abc.abstractmethod
+    def abort(self, key: str, upload_id: str) -> None:
+        """Discard an unfinished upload and its parts."""
+
+    @abc.abstractmethod
+    def upload_alive(self, key: str, upload_id: str) -> bool:
+        """True while the upload can still take parts (the store has not expired or aborted it)."""
+
+    @abc.abstractmethod
+    def list_incomplete(self) -> Iterator[tuple[str, str]]:
+        """Yield (key, upload_id) of multipart uploads begun under the root and never finished."""
+
+    # -- optional, per capabilities ---------------------------------------------------------
+    def prepare_target(self, dry_run: bool) -> None:
+        """Make the root ready to be written, or with dry_run only check it could be; by default, check()."""
+        self.check()
+
+    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+        """The whole object and its metadata; a store that answers both in one call overrides this."""
+        info = self.stat(key)
+        return self.open_range(key, 0, info.size), info
+
+    def can_copy_from(self, source: Connector) -> bool:
+        """True when source lives in the same store, so copy_from needs no bytes through us."""
+        return False
+
+    def copy_from(self, source: Connector, info: ObjectInfo, key: str) -> ObjectInfo:
+        """Server-side copy of a whole object (capabilities.server_side_copy)."""
+        raise NotImplementedError(f"{self.kind} has no server-side copy")
+
+    def copy_part_from(
+        self, source: Connector, info: ObjectInfo, key: str, upload_id: str, number: int, start: int, length: int
+    ) -> Part:
+        """Server-side copy of one byte range into a part (capabilities.server_side_copy)."""
+        raise NotImplementedError(f"{self.kind} has no server-side part copy")
+
+    def presign(self, key: str, expires_s: int) -> str:
+        """A URL anyone may GET for expires_s seconds (capabilities.presign)."""
+        raise NotImplementedError(f"{self.kind} cannot presign")
+
+    def put_part_from_url(self, key: str, upload_id: str, number: int, url: str, start: int, length: int) -> Part:
+        """Stage a part the store pulls from url itself (capabilities.url_source)."""
+        raise NotImplementedError(f"{self.kind} cannot stage from a URL")
+
+    def close(self) -> None:
+        """Release pools and sessions."""
+
+
+def join_key(root: str, key: str) -> str:
+    """The store's full name for key under root ('' root means the bucket's top)."""
+    return f"{root}/{key}" if root else key

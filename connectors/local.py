@@ -1,0 +1,301 @@
+"""A directory on a local filesystem. Keys are relative paths joined with '/'."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import stat as stat_mod
+from collections.abc import Iterator
+from pathlib import Path
+
+from connectors.base import Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec
+from connectors.checksum import crc32c
+from ferry.errors import NotFoundError, PermanentError, RejectedKey, TransientError, UsageError
+from ferry.profiles import Profile
+
+_TMP = ".ferry-tmp-"
+_UPLOAD = ".ferry-upload-"
+_X_CHECKSUM = "user.ferry.checksum"
+_X_TYPE = "user.ferry.content-type"
+_X_META = "user.ferry.metadata"
+
+
+def _translate(exc: OSError, what: str) -> Exception:
+    if exc.errno == errno.ENOENT:
+        return NotFoundError(f"{what}: not found", code="ENOENT")
+    if exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY):
+        return TransientError(f"{what}: {exc.strerror}", code=errno.errorcode[exc.errno])
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return PermanentError(f"{what}: {exc.strerror or exc}", code=code)
+
+
+def _signature(path: Path) -> str:
+    st = os.stat(path)
+    return f"{st.st_ino}-{st.st_mtime_ns}"
+
+
+def _xattrs_work(directory: Path) -> bool:
+    probe = directory / f"{_TMP}xattr-{secrets.token_hex(4)}"
+    try:
+        probe.touch()
+        os.setxattr(probe, _X_CHECKSUM, b"probe")
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+class LocalConnector(Connector):
+    """Objects as files; checksum, content type and metadata kept in user xattrs where supported."""
+
+    kind = "local"
+
+    def __init__(self, root: Path, url: str):
+        super().__init__(url)
+        self.root = root
+        self.capabilities = Capabilities(exact_keys=False, stores_checksum=False, max_part_size=1 << 62, max_parts=1 << 31)
+        self._xattrs = False
+
+    @classmethod
+    def from_location(cls, location: Location, profile: Profile | None) -> LocalConnector:
+        return cls(Path(location.prefix or ".").expanduser().absolute(), location.url)
+
+    def check(self) -> None:
+        if not self.root.exists():
+            raise UsageError(f"{self.url}: no such directory")
+        if not self.root.is_dir():
+            raise UsageError(f"{self.url}: not a directory")
+
+    def prepare_target(self, dry_run: bool) -> None:
+        """Create the root directory (a target may not exist yet) and probe xattr support."""
+        if self.root.exists() and not self.root.is_dir():
+            raise UsageError(f"{self.url}: not a directory")
+        if dry_run:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{self.url}: cannot create directory: {exc.strerror}") from None
+        self._xattrs = _xattrs_work(self.root)
+        self.capabilities = Capabilities(
+            exact_keys=False, stores_checksum=self._xattrs, max_part_size=1 << 62, max_parts=1 << 31
+        )
+
+    # -- keys and paths ------------------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        """The file for key, refusing any key that is not a plain relative path under the root."""
+        body = key[:-1] if key.endswith("/") else key
+        segments = body.split("/")
+        if not body or "\0" in key or any(s in ("", ".", "..") for s in segments):
+            raise RejectedKey(
+                f"key {key!r} cannot be written under {self.root}: it is absolute, has '.', '..' or empty segments",
+                code="UnsafeKey",
+            )
+        return self.root.joinpath(*segments)
+
+    # -- listing -------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        if not self.root.is_dir():
+            return
+        yield from (info for info in self._walk(self.root, "") if info.key.startswith(prefix))
+
+    def _walk(self, directory: Path, base: str) -> Iterator[ObjectInfo]:
+        try:
+            with os.scandir(directory) as it:
+                # A directory sorts as 'name/' so the walk yields keys in code point order.
+                entries = sorted(
+                    ((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name), e.name) for e in it
+                )
+        except OSError as exc:
+            raise _translate(exc, str(directory)) from None
+        if not entries and base:
+            yield ObjectInfo(key=base, size=0, signature="dir")
+            return
+        for sort_name, name in entries:
+            if _TMP in name or _UPLOAD in name:
+                continue
+            path = directory / name
+            if sort_name.endswith("/"):
+                yield from self._walk(path, base + sort_name)
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # vanished, or a dangling link
+            if stat_mod.S_ISREG(st.st_mode):
+                yield ObjectInfo(key=base + name, size=st.st_size, signature=f"{st.st_ino}-{st.st_mtime_ns}")
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        if key.endswith("/"):
+            if not stat_mod.S_ISDIR(st.st_mode):
+                raise NotFoundError(f"{self.url}: {key}: not found", code="ENOENT")
+            return ObjectInfo(key=key, size=0, signature="dir", metadata={})
+        checksum = self._getxattr(path, _X_CHECKSUM)
+        content_type = self._getxattr(path, _X_TYPE)
+        raw = self._getxattr(path, _X_META)
+        metadata = json.loads(raw) if raw else {}
+        return ObjectInfo(
+            key=key,
+            size=st.st_size,
+            signature=f"{st.st_ino}-{st.st_mtime_ns}",
+            checksum=checksum,
+            content_type=content_type,
+            metadata=metadata,
+        )
+
+    @staticmethod
+    def _getxattr(path: Path | int, name: str) -> str | None:
+        try:
+            return os.getxattr(path, name).decode()
+        except OSError:
+            return None
+
+    def _setxattrs(self, fd: int, spec: WriteSpec) -> None:
+        if not self._xattrs:
+            return
+        if spec.checksum:
+            os.setxattr(fd, _X_CHECKSUM, spec.checksum.encode())
+        if spec.content_type:
+            os.setxattr(fd, _X_TYPE, spec.content_type.encode())
+        if spec.metadata:
+            os.setxattr(fd, _X_META, json.dumps(dict(spec.metadata), sort_keys=True).encode())
+
+    # -- reading -------------------------------------------------------------------------------
+    def open_range(self, key: str, start: int, length: int) -> bytes:
+        path = self._path(key)
+        if length == 0:
+            return b""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        try:
+            chunks = []
+            while length > 0:
+                chunk = os.pread(fd, length, start)
+                if not chunk:
+                    raise PermanentError(f"{self.url}: {key}: shorter than expected (changed while copying?)")
+                chunks.append(chunk)
+                start += len(chunk)
+                length -= len(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    # -- writing -------------------------------------------------------------------------------
+    def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
+        path = self._path(key)
+        if key.endswith("/"):
+            if data:
+                raise RejectedKey(f"key {key!r} ends in '/' but is not empty: a file cannot hold it", code="UnsafeKey")
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _translate(exc, f"{self.url}: {key}") from None
+            return ObjectInfo(key=key, size=0, signature="dir")
+        tmp = path.with_name(f".{path.name}{_TMP}{secrets.token_hex(6)}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                self._setxattrs(fd, spec)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if size != len(data):
+                raise TransientError(f"{self.url}: {key}: wrote {size} of {len(data)} bytes", code="ShortWrite")
+            os.replace(tmp, path)
+            return ObjectInfo(key=key, size=size, signature=_signature(path), checksum=spec.checksum)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            if key.endswith("/"):
+                path.rmdir()
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise _translate(exc, f"{self.url}: {key}") from None
+
+    # -- multipart: parts are written in place into a hidden staging file ----------------------
+    # The upload id is "<token>-<part size>": the staging file's name carries it, so a resumed
+    # run and --abort-incomplete recover it from the directory alone.
+    def _staging(self, key: str, upload_id: str) -> Path:
+        path = self._path(key)
+        return path.with_name(f".{path.name}{_UPLOAD}{upload_id}")
+
+    def begin(self, key: str, spec: WriteSpec, part_size: int) -> str:
+        upload_id = f"{secrets.token_hex(8)}-{part_size}"
+        staging = self._staging(key, upload_id)
+        try:
+            staging.parent.mkdir(parents=True, exist_ok=True)
+            staging.touch(exist_ok=False)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        return upload_id
+
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        part_size = int(upload_id.rpartition("-")[2])
+        staging = self._staging(key, upload_id)
+        try:
+            fd = os.open(staging, os.O_WRONLY)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key} (upload {upload_id})") from None
+        try:
+            view, offset = memoryview(data), (number - 1) * part_size
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        finally:
+            os.close(fd)
+        return Part(number=number, size=len(data), etag="", crc32c=crc32c(data))
+
+    def complete(self, key: str, upload_id: str, parts: list[Part], spec: WriteSpec) -> ObjectInfo:
+        staging, path = self._staging(key, upload_id), self._path(key)
+        expected = sum(p.size for p in parts)
+        try:
+            fd = os.open(staging, os.O_WRONLY)
+            try:
+                size = os.fstat(fd).st_size
+                if size != expected:
+                    raise PermanentError(f"{self.url}: {key}: staged {size} bytes, parts say {expected}")
+                self._setxattrs(fd, spec)
+            finally:
+                os.close(fd)
+            os.replace(staging, path)
+            return ObjectInfo(key=key, size=size, signature=_signature(path), checksum=spec.checksum)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+
+    def abort(self, key: str, upload_id: str) -> None:
+        self._staging(key, upload_id).unlink(missing_ok=True)
+
+    def upload_alive(self, key: str, upload_id: str) -> bool:
+        return self._staging(key, upload_id).exists()
+
+    def list_incomplete(self) -> Iterator[tuple[str, str]]:
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if _UPLOAD in name and name.startswith("."):
+                    real, _, upload_id = name[1:].partition(_UPLOAD)
+                    yield Path(dirpath, real).relative_to(self.root).as_posix(), upload_id

@@ -1,0 +1,271 @@
+"""`ferry`: the command line. Every error is one line on stderr; bad input exits 2."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
+from ferry import __version__, logs
+from ferry.errors import FerryError, UsageError
+from ferry.profiles import load_profiles
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help="Move GPU/ML workloads between clouds."
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SHOWN_ACTIONS = 20
+
+
+def parse_size(text: str, what: str) -> int:
+    """'8M', '1.5G', '512K', '100' (bytes); binary units, an optional 'i'/'B' suffix."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise UsageError(f"{what}: {text!r} is not a size (examples: 8M, 1.5G, 512K)")
+    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if value <= 0:
+        raise UsageError(f"{what}: must be positive")
+    return value
+
+
+@app.callback()
+def main() -> None:
+    """ferry: move GPU/ML workloads from one cloud to another, verified at every step."""
+
+
+@app.command()
+def version() -> None:
+    """Print ferry's version."""
+    out.print(__version__)
+
+
+@app.command()
+def sync(
+    source: Annotated[str, typer.Argument(help="s3://bucket/prefix, az://container/prefix, ./dir, PROFILE://..., any fsspec URL")],
+    target: Annotated[str, typer.Argument(help="Where the objects go (same forms as SOURCE)")],
+    threads: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent transfers")] = 128,
+    profiles: Annotated[Path | None, typer.Option(help="YAML file of scheme aliases (profiles:)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would change; change nothing")] = False,
+    delete: Annotated[bool, typer.Option("--delete", help="Remove target objects the source does not have")] = False,
+    checksum: Annotated[bool, typer.Option("--checksum", help="Re-hash both sides of equal-sized objects")] = False,
+    include: Annotated[list[str] | None, typer.Option(help="Glob of keys to include (repeatable)")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Glob of keys to exclude (repeatable)")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the data gate after the copy")] = False,
+    deep_verify: Annotated[bool, typer.Option("--deep-verify", help="The gate re-reads every target object")] = False,
+    bwlimit: Annotated[str | None, typer.Option(help="Bandwidth cap per second, e.g. 50M")] = None,
+    part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
+    multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
+    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "128M",
+    retries: Annotated[int, typer.Option(min=1, help="Attempts per request on transient errors")] = 6,
+    abort_incomplete: Annotated[
+        bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
+    ] = False,
+    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the ledger lives")] = Path(".ferry/state"),
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here")] = None,
+    log_format: Annotated[str, typer.Option(help="console or json")] = "console",
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)")] = None,
+) -> None:
+    """Copy what is missing or different from SOURCE to TARGET, verify it, and report."""
+    if log_format not in ("console", "json"):
+        raise UsageError(f"--log-format: {log_format!r} is not one of console, json")
+    logs.configure(log_format)
+    profile_map = load_profiles(profiles)
+    if abort_incomplete:
+        from ferry.sync import abort_uploads
+
+        aborted = abort_uploads(target, profile_map)
+        out.print(f"aborted {len(aborted)} unfinished multipart upload(s) under {target}")
+        for key, upload_id in aborted[:_SHOWN_ACTIONS]:
+            out.print(f"  {key} ({upload_id[:16]})")
+        return
+    try:
+        settings = TransferSettings(
+            threads=threads,
+            part_size=parse_size(part_size, "--part-size"),
+            multipart_threshold=parse_size(multipart_threshold, "--multipart-threshold"),
+            memory_budget=parse_size(memory_budget, "--memory-budget"),
+            retries=retries,
+            checksum=checksum,
+            delete=delete,
+            dry_run=dry_run,
+            include=tuple(include or ()),
+            exclude=tuple(exclude or ()),
+            bwlimit=parse_size(bwlimit, "--bwlimit") if bwlimit else None,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    show_progress = progress if progress is not None else (err.is_terminal and log_format == "console")
+    _run_sync(source, target, settings, profile_map, state_dir, not no_verify, deep_verify, report, show_progress)
+
+
+def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_verify, report, show_progress) -> None:
+    from ferry.sync import run_sync
+
+    shown: dict[str, list[Action]] = {COPY: [], DELETE: []}
+
+    def on_action(action: Action) -> None:
+        if settings.dry_run and action.kind in shown and len(shown[action.kind]) < _SHOWN_ACTIONS:
+            shown[action.kind].append(action)
+
+    bar = _ProgressBar() if show_progress else None
+    try:
+        result = run_sync(
+            source,
+            target,
+            settings,
+            profiles=profile_map,
+            state_dir=state_dir,
+            verify=verify,
+            deep_verify=deep_verify,
+            report_path=report,
+            on_action=on_action,
+            on_start=bar.start if bar else None,
+        )
+    finally:
+        if bar:
+            bar.stop()
+    summary = result.stats.summary()
+    if settings.dry_run:
+        for kind, label in ((COPY, "would copy"), (DELETE, "would delete")):
+            for action in shown[kind]:
+                size = action.src.size if action.src else (action.dst.size if action.dst else 0)
+                out.print(f"{label}: {action.key} ({size} bytes; {action.reason})", markup=False, highlight=False)
+    _print_summary(result.stats, summary, settings, result.gate)
+    out.print(f"report: {result.report_path}", markup=False, highlight=False)
+    if result.stats.rejected:
+        raise typer.Exit(2)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate) -> None:
+    objects, sizes = summary["objects"], summary["bytes"]
+    table = Table(title="ferry sync" + (" (dry run: nothing changed)" if settings.dry_run else ""), show_header=True)
+    table.add_column("what")
+    table.add_column("objects", justify="right")
+    table.add_column("bytes", justify="right")
+    if settings.dry_run:
+        table.add_row("would copy", str(stats.to_copy), f"{stats.bytes_to_copy:,}")
+        table.add_row("would skip", str(objects["skipped"]), f"{sizes['skipped']:,}")
+        table.add_row("would delete", str(objects["deleted"]), "")
+    else:
+        table.add_row("copied", str(objects["copied"]), f"{sizes['copied']:,}")
+        table.add_row("skipped (equal)", str(objects["skipped"]), f"{sizes['skipped']:,}")
+        table.add_row("deleted", str(objects["deleted"]), "")
+        table.add_row("failed", str(objects["failed"]), "")
+    out.print(table)
+    latency = summary["latency_s"]
+    out.print(
+        f"duration {summary['duration_s']} s, throughput {summary['throughput_mb_s']} MB/s, "
+        f"{summary['objects_per_s']} objects/s, latency p50 {latency['p50']} s p99 {latency['p99']} s, "
+        f"retries {summary['retries']}",
+        markup=False,
+        highlight=False,
+    )
+    out.print(
+        f"bytes through ferry: read {sizes['read_through_ferry']:,}, written {sizes['written_through_ferry']:,}; "
+        f"server-side {sizes['server_side']:,}; pulled by target from URLs {sizes['pulled_by_target_from_url']:,} "
+        f"(url copy: {summary['url_copy']})",
+        markup=False,
+        highlight=False,
+    )
+    if summary["multipart"]["resumed_uploads"]:
+        out.print(f"resumed {summary['multipart']['resumed_uploads']} upload(s), {summary['multipart']['parts_resumed']} part(s) not re-sent")
+    for line in summary["failures"][:_SHOWN_ACTIONS]:
+        err.print(f"failed: {line}", markup=False, highlight=False)
+    measured = ", ".join(f"{k}={v}" for k, v in gate.measured.items() if v)
+    out.print(f"data gate: {gate.status.value} {measured}".rstrip(), markup=False, highlight=False)
+    for line in gate.evidence[:_SHOWN_ACTIONS]:
+        out.print(f"  {line}", markup=False, highlight=False)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr that polls the engine's counters."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]sync"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[objects]}"),
+            console=err,
+            transient=False,
+        )
+        self.task = self.progress.add_task("sync", total=None, objects="")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, stats: Stats) -> None:
+        self.progress.start()
+        self._thread = threading.Thread(target=self._poll, args=(stats,), daemon=True)
+        self._thread.start()
+
+    def _poll(self, stats: Stats) -> None:
+        while not self._stop.wait(0.25):
+            self._update(stats)
+        self._update(stats)
+
+    def _update(self, stats: Stats) -> None:
+        self.progress.update(
+            self.task,
+            completed=stats.bytes_copied,
+            total=stats.bytes_to_copy or None,
+            objects=f"{stats.copied}/{stats.to_copy} copied, {stats.skipped} equal, {stats.failed} failed",
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.progress.stop()
+
+
+def run() -> None:
+    """Console-script entry point: one line and exit 2 for bad input, 1 for other failures."""
+    try:
+        app(standalone_mode=False)
+    except UsageError as exc:
+        err.print(f"ferry: error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+    except FerryError as exc:
+        err.print(f"ferry: failed: {exc}", markup=False, highlight=False)
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("ferry: interrupted; run the same command again to resume", markup=False)
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    run()
+

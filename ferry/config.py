@@ -1,0 +1,60 @@
+"""Load a YAML file into a pydantic model; every error is one line: file:line: field.path: problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ferry.errors import UsageError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _line_of(node: yaml.Node | None, path: tuple) -> int | None:
+    """The 1-based YAML line of the deepest node along path that exists."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+            if found is None:
+                key_node = next((k for k, _ in node.value if getattr(k, "value", None) == part), None)
+                return key_node.start_mark.line + 1 if key_node is not None else line
+            node = found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+        line = node.start_mark.line + 1
+    # Unknown keys are reported at the key itself, which is where the reader should look.
+    return line
+
+
+def load_yaml_model(path: Path, model: type[M]) -> M:
+    """Parse path and validate it as model, or raise UsageError with one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{path}{where}: not valid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(node, loc)
+        where = f":{line}" if line else ""
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        raise UsageError(f"{path}{where}: {field}: {message}") from None

@@ -1,0 +1,48 @@
+"""The two error families every layer speaks: transient (retry) and permanent (fail fast).
+
+Provider SDK exceptions never travel past a connector; they become one of these, carrying
+the provider's own error code so the one-line message a user sees names it.
+"""
+
+from __future__ import annotations
+
+
+class FerryError(Exception):
+    """Base of every error ferry raises on purpose."""
+
+
+class UsageError(FerryError):
+    """Bad input from the user: a URL, a profiles file, a flag. The CLI exits 2."""
+
+
+class TransientError(FerryError):
+    """Worth retrying: throttling, 5xx, connection resets, timeouts."""
+
+    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None):
+        super().__init__(message)
+        self.code = code
+        self.retry_after = retry_after
+
+
+class PermanentError(FerryError):
+    """Retrying cannot help: denied, not found, bad request, bad credentials."""
+
+    def __init__(self, message: str, *, code: str = ""):
+        super().__init__(message)
+        self.code = code
+
+
+class NotFoundError(PermanentError):
+    """The object, bucket or container does not exist."""
+
+
+class ChecksumMismatch(FerryError):
+    """What the target holds is not what was sent. The engine re-copies once, then fails."""
+
+
+class GateFailed(FerryError):
+    """A validation gate measured a FAIL."""
+
+
+class RejectedKey(PermanentError):
+    """A source key the target cannot hold safely (it would escape a local directory). Exit 2."""

@@ -1,0 +1,101 @@
+"""One sync, end to end: open both ends, run the engine, run the data gate, write the report.
+
+`ferry sync` calls this directly (no Prefect); the data_sync flow calls it per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.base import CheckResult, Status
+from checks.data import check_data
+from connectors.base import Connector
+from connectors.registry import open_connector
+from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort_incomplete
+from ferry.ledger import Ledger
+from ferry.profiles import Profile
+
+
+@dataclass
+class SyncResult:
+    source: str
+    target: str
+    settings: TransferSettings
+    stats: Stats
+    gate: CheckResult
+    report_path: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.stats.failed == 0 and self.gate.status != Status.FAIL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "dry_run": self.settings.dry_run,
+            "threads": self.settings.threads,
+            "summary": self.stats.summary(),
+            "gate": self.gate.to_dict(),
+        }
+
+
+def open_pair(source_url: str, target_url: str, profiles: Mapping[str, Profile]) -> tuple[Connector, Connector]:
+    return open_connector(source_url, profiles), open_connector(target_url, profiles)
+
+
+def run_sync(
+    source_url: str,
+    target_url: str,
+    settings: TransferSettings,
+    *,
+    profiles: Mapping[str, Profile],
+    state_dir: Path,
+    verify: bool = True,
+    deep_verify: bool = False,
+    report_path: Path | None = None,
+    on_action: Callable[[Action], None] | None = None,
+    on_start: Callable[[Stats], None] | None = None,
+) -> SyncResult:
+    """Sync source into target and verify it; the report lands in report_path (or the state dir)."""
+    source, target = open_pair(source_url, target_url, profiles)
+    ledger = Ledger(state_dir)
+    try:
+        transfer = Transfer(source, target, ledger, settings, on_action=on_action)
+        if on_start is not None:
+            on_start(transfer.stats)
+        stats = transfer.run()
+        if settings.dry_run:
+            gate = CheckResult("data.target_matches_source", Status.SKIP, evidence=["dry run: nothing was copied"])
+        elif not verify:
+            gate = CheckResult("data.target_matches_source", Status.SKIP, evidence=["--no-verify"])
+        else:
+            gate = check_data(source, target, ledger, settings, deep=deep_verify)
+    finally:
+        ledger.close()
+        source.close()
+        target.close()
+    result = SyncResult(source_url, target_url, settings, stats, gate)
+    result.report_path = write_report(result, report_path or state_dir / "reports" / f"sync-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json")
+    return result
+
+
+def write_report(result: SyncResult, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def abort_uploads(target_url: str, profiles: Mapping[str, Profile]) -> list[tuple[str, str]]:
+    """Abort every unfinished multipart upload under target_url."""
+    target = open_connector(target_url, profiles)
+    try:
+        target.check()
+        return abort_incomplete(target)
+    finally:
+        target.close()

@@ -1,0 +1,1 @@
+"""Prefect flows: one thin flow per phase and the pipeline (the migration pipeline issue)."""

@@ -1,0 +1,95 @@
+"""S3 connector: the shared suite against moto's real S3 server, plus S3-only behaviour."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import boto3
+import pytest
+
+from connectors.base import WriteSpec
+from connectors.registry import open_connector
+from connectors.s3 import S3Connector
+from ferry.errors import UsageError
+from ferry.profiles import Credentials, Profile
+from tests.connectors.conformance import ConnectorSuite
+
+
+def new_bucket(endpoint: str) -> str:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+class TestS3Conformance(ConnectorSuite):
+    @pytest.fixture
+    def connector(self, moto_env):
+        connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}/root/prefix", {})
+        connector.check()
+        yield connector
+        connector.close()
+
+
+def test_aws_endpoint_env_is_honoured(moto_env) -> None:
+    connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}", {})
+    assert isinstance(connector, S3Connector)
+    assert connector.endpoint == moto_env.endpoint
+
+
+def test_profile_alias_with_env_credentials(moto_env, monkeypatch) -> None:
+    bucket = new_bucket(moto_env.endpoint)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.setenv("META_KEY", "testing")
+    monkeypatch.setenv("META_SECRET", "testing")
+    profile = Profile(
+        type="s3",
+        endpoint_url=moto_env.endpoint,
+        region="eu-frankfurt-1",
+        credentials=Credentials(access_key_id_env="META_KEY", secret_access_key_env="META_SECRET"),
+    )
+    connector = open_connector(f"meta://{bucket}/datasets", {"meta": profile})
+    connector.put("x", b"abc", WriteSpec())
+    direct = boto3.client("s3", endpoint_url=moto_env.endpoint, region_name="us-east-1")
+    assert direct.get_object(Bucket=bucket, Key="datasets/x")["Body"].read() == b"abc"
+
+
+def test_profile_naming_unset_env_is_usage_error(moto_env) -> None:
+    profile = Profile(type="s3", credentials=Credentials(access_key_id_env="FERRY_NOT_SET_ANYWHERE"))
+    with pytest.raises(UsageError, match=r"\$FERRY_NOT_SET_ANYWHERE"):
+        open_connector("meta://bucket", {"meta": profile})
+
+
+def test_missing_bucket_is_usage_error(moto_env) -> None:
+    connector = open_connector("s3://no-such-bucket-here", {})
+    with pytest.raises(UsageError, match="does not exist"):
+        connector.check()
+
+
+def test_missing_credentials_is_usage_error(moto_env, monkeypatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    connector = open_connector("s3://some-bucket", {})
+    with pytest.raises(UsageError, match="no AWS credentials"):
+        connector.check()
+
+
+def test_server_side_copy_needs_no_bytes(moto_env) -> None:
+    src = open_connector(f"s3://{new_bucket(moto_env.endpoint)}/a", {})
+    dst = open_connector(f"s3://{new_bucket(moto_env.endpoint)}/b", {})
+    data = os.urandom(600 * 1024)
+    src.put("obj", data, WriteSpec(content_type="text/plain", metadata={"m": "1"}, checksum="crc32c:01020304"))
+    assert dst.can_copy_from(src)
+    info = next(src.list())
+    dst.copy_from(src, info, "copied")
+    stat = dst.stat("copied")
+    assert (stat.size, stat.checksum, stat.metadata, stat.content_type) == (
+        len(data), "crc32c:01020304", {"m": "1"}, "text/plain",
+    )
+    upload = dst.begin("parts", WriteSpec(), 256 * 1024)
+    parts = [
+        dst.copy_part_from(src, info, "parts", upload, n, (n - 1) * 256 * 1024, min(256 * 1024, len(data) - (n - 1) * 256 * 1024))
+        for n in (1, 2, 3)
+    ]
+    dst.complete("parts", upload, parts, WriteSpec())
+    assert dst.open_range("parts", 0, len(data)) == data

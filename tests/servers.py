@@ -1,0 +1,116 @@
+"""Real local servers for tests and benchmarks: moto's S3 server and Azurite, on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Azurite's well-known development account (public, documented by Microsoft; not a secret).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
+
+
+@dataclass
+class Server:
+    """A server process we started; stopped by PID."""
+
+    proc: subprocess.Popen
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_moto(min_part_size: int | None = None) -> Server:
+    """moto's S3/IAM server on a free port. Credentials are moto's fakes, passed by environment."""
+    port = free_port()
+    env = dict(os.environ)
+    if min_part_size is not None:
+        env["S3_UPLOAD_PART_MIN_SIZE"] = str(min_part_size)
+    moto = Path(sys.executable).with_name("moto_server")
+    proc = subprocess.Popen(
+        [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_port(port, proc, "moto_server")
+    client_env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
+    }
+    return Server(proc=proc, port=port, env=client_env)
+
+
+def azurite_binary() -> Path:
+    path = ROOT / "node_modules" / ".bin" / "azurite-blob"
+    if not path.exists():
+        raise RuntimeError("Azurite is not installed: run `npm install` in the repository root")
+    return path
+
+
+def start_azurite() -> Server:
+    """Azurite's blob service on a free port, on disk in a temp dir."""
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
+    proc = subprocess.Popen(
+        [
+            str(azurite_binary()),
+            "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
+            "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl", "--silent",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_port(port, proc, "azurite")
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
+    )
+    return Server(proc=proc, port=port, env={"AZURE_STORAGE_CONNECTION_STRING": conn}, workdir=workdir)
