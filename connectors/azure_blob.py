@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from http import HTTPStatus
 from typing import Any
 
@@ -68,15 +68,13 @@ def _first_line(text: object) -> str:
 
 
 def _error_code(exc: HttpResponseError) -> str:
-    response = exc.response
-    code = response.headers.get("x-ms-error-code") if response is not None else None
+    """Azure's x-ms-error-code, else the HTTP status phrase in its style ("NotFound")."""
     if exc.status_code == 501:
         # Emulators name the missing operation differently (Azurite: APINotImplemented); the
         # engine recognises one code when it probes for Put Block From URL.
         return "NotImplemented"
-    if code:
-        return code
-    return HTTPStatus(exc.status_code).phrase.replace(" ", "") if exc.status_code else type(exc).__name__
+    code = exc.response.headers.get("x-ms-error-code") if exc.response is not None else None
+    return code or HTTPStatus(exc.status_code).phrase.replace(" ", "")
 
 
 def _retry_after(exc: HttpResponseError) -> float | None:
@@ -89,24 +87,21 @@ def _retry_after(exc: HttpResponseError) -> float | None:
 
 def _translate(exc: AzureError, what: str) -> FerryError:
     """The ferry error for an SDK error; `what` names the connector and key."""
+    answered = isinstance(exc, HttpResponseError) and exc.status_code is not None
+    code = _error_code(exc) if answered else type(exc).__name__
+    message = f"{what}: {code}: {_first_line(exc.message)}"
     if isinstance(exc, ResourceNotFoundError):
-        code = _error_code(exc)
-        return NotFoundError(f"{what}: {code}: {_first_line(exc.message)}", code=code)
-    if isinstance(exc, ClientAuthenticationError):
-        code = _error_code(exc)
-        return PermanentError(f"{what}: {code}: {_first_line(exc.message)}", code=code)
+        return NotFoundError(message, code=code)
+    if isinstance(exc, ClientAuthenticationError):  # refused, or no Azure identity to be had
+        return PermanentError(message, code=code)
     if isinstance(exc, HttpResponseError):
-        if exc.status_code is None:  # the body broke off mid-read
-            return TransientError(f"{what}: {type(exc).__name__}: {_first_line(exc.message)}", code=type(exc).__name__)
-        code = _error_code(exc)
-        message = f"{what}: {code}: {_first_line(exc.message)}"
+        if not answered:  # the response body broke off mid-read
+            return TransientError(message, code=code)
         if code in _DIGEST_MISMATCH:
             return ChecksumMismatch(message)
         if exc.status_code in _TRANSIENT_STATUS:
             return TransientError(message, code=code, retry_after=_retry_after(exc))
         return PermanentError(message, code=code)
-    code = type(exc).__name__
-    message = f"{what}: {code}: {_first_line(exc.message)}"
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         return TransientError(message, code=code)
     return PermanentError(message, code=code)
@@ -155,15 +150,15 @@ def _open_service(url: str, profile: Profile | None) -> tuple[BlobServiceClient,
         conn = _env(creds.connection_string_env, "connection_string_env", url)
         return _from_connection_string(conn, endpoint, url, creds.connection_string_env), None
     name = creds.account_name if creds else None
-    account_url = endpoint or (f"https://{name}.blob.core.windows.net" if name else None)
-    if creds and (creds.account_key_env or creds.sas_token_env) and not name:
-        raise UsageError(f"{url}: credentials.account_key_env and sas_token_env need credentials.account_name")
-    if creds and creds.account_key_env:
-        key = AzureNamedKeyCredential(name, _env(creds.account_key_env, "account_key_env", url))
-        return BlobServiceClient(account_url, credential=key, **_client_options()), None
-    if creds and creds.sas_token_env:
-        sas = AzureSasCredential(_env(creds.sas_token_env, "sas_token_env", url).lstrip("?"))
-        return BlobServiceClient(account_url, credential=sas, **_client_options()), None
+    if creds and (creds.account_key_env or creds.sas_token_env):
+        if not name:
+            raise UsageError(f"{url}: credentials.account_key_env and sas_token_env need credentials.account_name")
+        account_url = endpoint or f"https://{name}.blob.core.windows.net"
+        if creds.account_key_env:
+            secret = AzureNamedKeyCredential(name, _env(creds.account_key_env, "account_key_env", url))
+        else:
+            secret = AzureSasCredential(_env(creds.sas_token_env, "sas_token_env", url).lstrip("?"))
+        return BlobServiceClient(account_url, credential=secret, **_client_options()), None
     conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if conn:
         return _from_connection_string(conn, endpoint, url, "AZURE_STORAGE_CONNECTION_STRING"), None
@@ -219,7 +214,10 @@ class AzureBlobConnector(Connector):
                 raise UsageError(f"{self.url}: container {self._container.container_name!r} does not exist") from None
             if isinstance(exc, ClientAuthenticationError) or getattr(exc, "status_code", None) in (401, 403):
                 raise UsageError(f"{self.url}: Azure refused the credentials ({error.code})") from None
-            raise error from None
+            if isinstance(exc, ServiceRequestError):
+                # The hostname only: a client's full URL may carry a SAS token.
+                raise UsageError(f"{self.url}: cannot reach {self._service.primary_hostname}") from None
+            raise UsageError(str(error)) from None
 
     def close(self) -> None:
         self._service.close()
@@ -276,6 +274,17 @@ class AzureBlobConnector(Connector):
         blob = self._blob(key)
         with self._errors(key):
             return self._info(key, blob.get_blob_properties())
+
+    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+        """The whole blob and its properties from one GET."""
+        blob = self._blob(key)
+        with self._errors(key):
+            download = blob.download_blob()
+            data = download.readall()
+        info = self._info(key, download.properties)
+        if len(data) != info.size:
+            raise PermanentError(f"{self.url}: {key}: got {len(data)} of {info.size} bytes (changed while copying?)")
+        return data, info
 
     def open_range(self, key: str, start: int, length: int) -> bytes:
         blob = self._blob(key)
@@ -357,10 +366,9 @@ class AzureBlobConnector(Connector):
                 receipt = blob.commit_block_list([], match_condition=MatchConditions.IfMissing)
             except (ResourceExistsError, ResourceModifiedError):
                 return
-            try:
+            # If someone deleted or rewrote the empty blob meanwhile, it is theirs to keep.
+            with suppress(ResourceNotFoundError, ResourceModifiedError):
                 blob.delete_blob(etag=receipt["etag"], match_condition=MatchConditions.IfNotModified)
-            except (ResourceNotFoundError, ResourceModifiedError):
-                pass  # someone else deleted or rewrote it meanwhile: theirs to keep
 
     def upload_alive(self, key: str, upload_id: str) -> bool:
         blob = self._blob(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -41,7 +41,7 @@ def container(service: BlobServiceClient) -> Iterator[str]:
 def connector(container: str) -> Iterator[AzureBlobConnector]:
     conn = open_connector(f"az://{container}/some-prefix", {})
     assert isinstance(conn, AzureBlobConnector)
-    conn.prepare_target()
+    conn.prepare_target(dry_run=False)
     yield conn
     conn.close()
 
@@ -86,14 +86,12 @@ def _sas() -> str:
         AZURITE_KEY,
         ResourceTypes(service=True, container=True, object=True),
         AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True),
-        expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
     )
 
 
 @pytest.mark.parametrize("style", ["connection_string_env", "account_key_env", "sas_token_env"])
-def test_profile_credentials(
-    style: str, azurite_env: Server, container: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_profile_credentials(style: str, azurite_env: Server, container: str, monkeypatch: pytest.MonkeyPatch) -> None:
     conn_string = azurite_env.env["AZURE_STORAGE_CONNECTION_STRING"]
     # Only the profile may lead to the account.
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
@@ -139,7 +137,9 @@ def test_list_and_stat_agree_on_signature(connector: AzureBlobConnector) -> None
     assert written.signature == listed.signature == connector.stat("obj").signature
 
 
-def test_root_prefix_hides_neighbours(connector: AzureBlobConnector, container: str, service: BlobServiceClient) -> None:
+def test_root_prefix_hides_neighbours(
+    connector: AzureBlobConnector, container: str, service: BlobServiceClient
+) -> None:
     service.get_blob_client(container, "some-prefix2/other").upload_blob(b"x")
     service.get_blob_client(container, "outside").upload_blob(b"x")
     connector.put("inside", b"x", WriteSpec())
@@ -181,3 +181,23 @@ def test_errors_translate_by_status() -> None:
     assert type(bad) is PermanentError
     assert bad.code == "InvalidMetadata"
     assert isinstance(azure_blob._translate(_http_error(400, "Md5Mismatch"), "w"), ChecksumMismatch)
+
+
+def test_account_name_alone_signs_in_with_an_azure_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT", "someaccount")
+    conn = open_connector("az://container/x", {})
+    assert isinstance(conn, AzureBlobConnector)
+    assert type(conn._service.credential).__name__ == "DefaultAzureCredential"
+    assert conn._service.primary_hostname == "someaccount.blob.core.windows.net"
+    conn.close()
+
+
+def test_get_returns_bytes_and_properties_in_one(connector: AzureBlobConnector) -> None:
+    spec = WriteSpec(content_type="text/plain", metadata={"m": "1"}, checksum="crc32c:01020304")
+    connector.put("obj", b"payload", spec)
+    data, info = connector.get("obj")
+    assert data == b"payload"
+    assert (info.size, info.checksum, info.content_type) == (7, "crc32c:01020304", "text/plain")
+    assert info.metadata == {"m": "1"}
+    assert info.signature == connector.stat("obj").signature

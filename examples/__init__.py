@@ -1,0 +1,1 @@
+"""Runnable examples: the demo and its sample data."""
