@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     PASS = "PASS"
     WARN = "WARN"
     FAIL = "FAIL"

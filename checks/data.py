@@ -35,10 +35,19 @@ def _hash(connector: Connector, info: ObjectInfo, settings: TransferSettings) ->
 class _Tally:
     def __init__(self) -> None:
         self.counts = {
-            "objects_source": 0, "objects_target": 0, "bytes_source": 0, "bytes_target": 0,
-            "missing": 0, "size_mismatch": 0, "changed_after_copy": 0, "checksum_mismatch": 0,
-            "extra_in_target": 0, "verified_by_ledger": 0, "verified_by_stored_checksum": 0,
-            "verified_by_reading": 0, "could_not_compare": 0,
+            "objects_source": 0,
+            "objects_target": 0,
+            "bytes_source": 0,
+            "bytes_target": 0,
+            "missing": 0,
+            "size_mismatch": 0,
+            "changed_after_copy": 0,
+            "checksum_mismatch": 0,
+            "extra_in_target": 0,
+            "verified_by_ledger": 0,
+            "verified_by_stored_checksum": 0,
+            "verified_by_reading": 0,
+            "could_not_compare": 0,
         }
         self.evidence: list[str] = []
 
@@ -126,8 +135,10 @@ def _compare(
                 return "verified_by_ledger", key, ""
             expected = record.checksum or _hash(source, src, settings)
             held = _hash(target, dst, settings)
-            return ("verified_by_reading", key, "") if held == expected else (
-                "checksum_mismatch", key, f"target reads {held}, expected {expected}"
+            return (
+                ("verified_by_reading", key, "")
+                if held == expected
+                else ("checksum_mismatch", key, f"target reads {held}, expected {expected}")
             )
         call = retrying(settings)
         src_sum = call.copy()(source.stat, key).checksum

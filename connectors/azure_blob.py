@@ -242,7 +242,8 @@ class AzureBlobConnector(Connector):
         except AzureError as exc:
             raise _translate(exc, f"{self.url}: {key}") from None
 
-    def _info(self, key: str, props: BlobProperties) -> ObjectInfo:
+    @staticmethod
+    def _info(key: str, props: BlobProperties) -> ObjectInfo:
         metadata = dict(props.metadata or {})
         checksum = metadata.pop(CHECKSUM_KEY, None)
         return ObjectInfo(
@@ -265,6 +266,8 @@ class AzureBlobConnector(Connector):
     # -- reading -------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Blobs under prefix in the order Azure lists them; metadata comes in the same pages."""
+        # Azure and Azurite order names by UTF-16 code unit. That is code point order except
+        # between characters above U+FFFF and those in U+E000-U+FFFF, which no per-page sort fixes.
         start = len(self.root) + 1 if self.root else 0
         with self._errors(prefix):
             for props in self._container.list_blobs(name_starts_with=join_key(self.root, prefix), include=["metadata"]):
@@ -355,8 +358,8 @@ class AzureBlobConnector(Connector):
 
         Azure cannot drop uncommitted blocks alone. With no committed blob, an empty commit
         (only if none appeared meanwhile) discards them and the empty blob is deleted (only if
-        unchanged). A committed blob is never touched: its pending blocks go at its next commit,
-        or when Azure expires them after 7 days.
+        unchanged). A committed blob is never touched: the upload's blocks then stay, and
+        upload_alive stays True, until the key's next commit or Azure's 7-day expiry.
         """
         blob = self._blob(key)
         if not self.upload_alive(key, upload_id):
@@ -389,7 +392,7 @@ class AzureBlobConnector(Connector):
                 try:
                     tokens = self._tokens(self._blob(key))
                 except ResourceNotFoundError:
-                    continue  # committed or deleted since the listing
+                    continue  # deleted since the listing
                 except RejectedKey:
                     continue  # not one ferry could have written
                 for token in sorted(tokens):

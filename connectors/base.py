@@ -181,7 +181,7 @@ class Connector(abc.ABC):
         """Stage a part the store pulls from url itself (capabilities.url_source)."""
         raise NotImplementedError(f"{self.kind} cannot stage from a URL")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most connectors hold nothing to release
         """Release pools and sessions."""
 
 

@@ -87,7 +87,7 @@ def parse(text: str | None) -> int | None:
     if not text or not text.startswith(PREFIX):
         return None
     try:
-        return int(text[len(PREFIX):], 16)
+        return int(text[len(PREFIX) :], 16)
     except ValueError:
         return None
 

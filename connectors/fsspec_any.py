@@ -7,6 +7,7 @@ and concatenate them on completion, so a killed run resumes with the parts alrea
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Iterator
 from urllib.parse import quote, unquote
@@ -44,12 +45,14 @@ class FsspecConnector(Connector):
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> FsspecConnector:
-        protocol = (profile.protocol if profile and profile.protocol else location.scheme)
+        protocol = profile.protocol if profile and profile.protocol else location.scheme
         options = dict(profile.options) if profile else {}
         try:
             fs = fsspec.filesystem(protocol, **options)
         except ImportError as exc:
-            raise UsageError(f"{location.url}: the {protocol} filesystem needs a missing package ({exc.name})") from None
+            raise UsageError(
+                f"{location.url}: the {protocol} filesystem needs a missing package ({exc.name})"
+            ) from None
         except ValueError as exc:
             raise UsageError(f"{location.url}: {exc}") from None
         root = "/".join(p for p in (location.bucket, location.prefix) if p)
@@ -105,7 +108,9 @@ class FsspecConnector(Connector):
     def open_range(self, key: str, start: int, length: int) -> bytes:
         data = self._call(f"{self.url}: {key}", self.fs.cat_file, self._full(key), start, start + length)
         if len(data) != length:
-            raise PermanentError(f"{self.url}: {key}: short read: {len(data)} of {length} bytes (changed while copying?)")
+            raise PermanentError(
+                f"{self.url}: {key}: short read: {len(data)} of {length} bytes (changed while copying?)"
+            )
         return data
 
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
@@ -154,10 +159,8 @@ class FsspecConnector(Connector):
         return self.stat(key)
 
     def abort(self, key: str, upload_id: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm(f"{self.root}/{_UPLOADS}/{upload_id}", recursive=True)
-        except FileNotFoundError:
-            pass
 
     def upload_alive(self, key: str, upload_id: str) -> bool:
         return bool(self.fs.exists(self._staging(key, upload_id)))

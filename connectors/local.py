@@ -56,7 +56,9 @@ class LocalConnector(Connector):
     def __init__(self, root: Path, url: str):
         super().__init__(url)
         self.root = root
-        self.capabilities = Capabilities(exact_keys=False, stores_checksum=False, max_part_size=1 << 62, max_parts=1 << 31)
+        self.capabilities = Capabilities(
+            exact_keys=False, stores_checksum=False, max_part_size=1 << 62, max_parts=1 << 31
+        )
         self._xattrs = False
 
     @classmethod
@@ -106,9 +108,7 @@ class LocalConnector(Connector):
         try:
             with os.scandir(directory) as it:
                 # A directory sorts as 'name/' so the walk yields keys in code point order.
-                entries = sorted(
-                    ((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name), e.name) for e in it
-                )
+                entries = sorted(((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name), e.name) for e in it)
         except OSError as exc:
             raise _translate(exc, str(directory)) from None
         if not entries and base:
@@ -208,7 +208,7 @@ class LocalConnector(Connector):
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 self._setxattrs(fd, spec)
                 size = os.fstat(fd).st_size
             finally:

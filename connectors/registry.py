@@ -73,5 +73,7 @@ def open_connector(url: str, profiles: Mapping[str, Profile]) -> Connector:
         kind = "fsspec"
     else:
         known = ", ".join(sorted({*SCHEMES, *profiles} - {""}))
-        raise UsageError(f"{url}: unknown scheme {location.scheme!r} (known: {known}, a profile, or an fsspec protocol)")
+        raise UsageError(
+            f"{url}: unknown scheme {location.scheme!r} (known: {known}, a profile, or an fsspec protocol)"
+        )
     return _load_kind(kind).from_location(location, profile)

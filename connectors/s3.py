@@ -7,6 +7,8 @@ off: the transfer engine retries once, in one place.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator
@@ -15,15 +17,26 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from connectors.base import GiB, MiB, Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec, join_key
+from connectors.base import Capabilities, Connector, GiB, Location, MiB, ObjectInfo, Part, WriteSpec, join_key
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
 from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, TransientError, UsageError
 from ferry.profiles import Profile
 
 CHECKSUM_META = "ferry-checksum"
 _TRANSIENT_CODES = {
-    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException",
-    "RequestLimitExceeded", "TooManyRequests", "RequestTimeTooSkewed", "500", "502", "503", "504",
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "RequestTimeTooSkewed",
+    "500",
+    "502",
+    "503",
+    "504",
 }
 _NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "404", "NotFound"}
 _NETWORK_ERRORS = (
@@ -152,7 +165,10 @@ class S3Connector(Connector):
             raise translate(exc, location.url) from None
         if session.region_name is None and "region_name" not in client_kwargs:
             client_kwargs["region_name"] = "us-east-1"
-        return cls(location.url, location.bucket, location.prefix, session, client_kwargs)
+        connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs)
+        if profile is not None and profile.min_part_size:
+            connector.capabilities = dataclasses.replace(cls.capabilities, min_part_size=profile.min_part_size)
+        return connector
 
     def _call(self, what: str, method, **kwargs):
         try:
@@ -188,7 +204,7 @@ class S3Connector(Connector):
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
                 for item in page.get("Contents", ()):
-                    key = item["Key"][len(base):]
+                    key = item["Key"][len(base) :]
                     if key:
                         yield ObjectInfo(key=key, size=item["Size"], signature=item["ETag"].strip('"'))
         except Exception as exc:  # noqa: BLE001
@@ -228,7 +244,9 @@ class S3Connector(Connector):
         if length == 0:
             return b""
         what = self._what(key)
-        response = self._call(what, self.client.get_object, Key=self._full(key), Range=f"bytes={start}-{start + length - 1}")
+        response = self._call(
+            what, self.client.get_object, Key=self._full(key), Range=f"bytes={start}-{start + length - 1}"
+        )
         try:
             data = response["Body"].read()
         except Exception as exc:  # noqa: BLE001
@@ -322,10 +340,8 @@ class S3Connector(Connector):
         return ObjectInfo(key=key, size=sum(p.size for p in parts), signature=etag, checksum=spec.checksum)
 
     def abort(self, key: str, upload_id: str) -> None:
-        try:
+        with contextlib.suppress(NotFoundError):
             self._call(self._what(key), self.client.abort_multipart_upload, Key=self._full(key), UploadId=upload_id)
-        except NotFoundError:
-            pass
 
     def upload_alive(self, key: str, upload_id: str) -> bool:
         try:
@@ -340,7 +356,7 @@ class S3Connector(Connector):
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
                 for upload in page.get("Uploads", ()):
-                    yield upload["Key"][len(base):], upload["UploadId"]
+                    yield upload["Key"][len(base) :], upload["UploadId"]
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, self.url) from None
 
@@ -390,4 +406,3 @@ class S3Connector(Connector):
 
     def close(self) -> None:
         self.client.close()
-

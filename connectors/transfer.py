@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from connectors.base import MiB, Connector, ObjectInfo, Part, WriteSpec
+from connectors.base import Connector, MiB, ObjectInfo, Part, WriteSpec
 from connectors.checksum import combine_parts, crc32c, label, parse
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
 from ferry.ledger import Ledger, ObjectRecord, UploadRecord
@@ -69,8 +69,9 @@ class TransferSettings:
 def part_size_for(size: int, settings: TransferSettings, target: Connector) -> int:
     """The part size for an object: the preferred one, raised to fit the target's part count."""
     caps = target.capabilities
-    needed = math.ceil(size / caps.max_parts)
-    chosen = max(settings.part_size, caps.min_part_size, math.ceil(needed / MiB) * MiB)
+    chosen = max(settings.part_size, caps.min_part_size)
+    if chosen * caps.max_parts < size:
+        chosen = math.ceil(size / caps.max_parts / MiB) * MiB
     if chosen > caps.max_part_size:
         raise PermanentError(f"object of {size} bytes needs parts above {caps.max_part_size} bytes", code="TooLarge")
     return chosen
@@ -217,14 +218,22 @@ class Stats:
         p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)
         return {
             "objects": {
-                "listed": self.objects_listed, "copied": self.copied, "skipped": self.skipped,
-                "deleted": self.deleted, "failed": self.failed, "rejected": self.rejected,
+                "listed": self.objects_listed,
+                "copied": self.copied,
+                "skipped": self.skipped,
+                "deleted": self.deleted,
+                "failed": self.failed,
+                "rejected": self.rejected,
                 "recopied_after_mismatch": self.recopied_after_mismatch,
             },
             "bytes": {
-                "listed": self.bytes_listed, "copied": self.bytes_copied, "skipped": self.bytes_skipped,
-                "read_through_ferry": self.bytes_read, "written_through_ferry": self.bytes_written,
-                "server_side": self.bytes_server_side, "pulled_by_target_from_url": self.bytes_url_pulled,
+                "listed": self.bytes_listed,
+                "copied": self.bytes_copied,
+                "skipped": self.bytes_skipped,
+                "read_through_ferry": self.bytes_read,
+                "written_through_ferry": self.bytes_written,
+                "server_side": self.bytes_server_side,
+                "pulled_by_target_from_url": self.bytes_url_pulled,
             },
             "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
             "retries": self.retries,
@@ -516,7 +525,9 @@ class Transfer:
                 value = crc32c(data)
                 stored = parse(info.checksum)
                 if stored is not None and stored != value:
-                    raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
+                    raise ChecksumMismatch(
+                        f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}"
+                    )
                 checksum = label(value)
                 spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
                 if self._limiter:
@@ -598,7 +609,9 @@ class Transfer:
     def _copy_part(self, job: _LargeJob, number: int) -> Part:
         start, length = job.span(number)
         if job.mode == "server":
-            part = self._call(self.target.copy_part_from, self.source, job.info, job.key, job.upload_id, number, start, length)
+            part = self._call(
+                self.target.copy_part_from, self.source, job.info, job.key, job.upload_id, number, start, length
+            )
             self.stats.add(bytes_server_side=length)
             return part
         if job.mode == "url" and self._url_ok:
@@ -635,7 +648,9 @@ class Transfer:
         if all(p.crc32c is not None for p in parts):
             value = combine_parts([(p.crc32c, p.size) for p in parts])  # type: ignore[misc]
             if stored is not None and stored != value:
-                raise ChecksumMismatch(f"{self.source.url}: {job.key}: bytes read do not match the stored {job.info.checksum}")
+                raise ChecksumMismatch(
+                    f"{self.source.url}: {job.key}: bytes read do not match the stored {job.info.checksum}"
+                )
         else:
             value = stored  # bytes never passed through ferry: carry the source's own checksum
         checksum = label(value) if value is not None else None
@@ -646,7 +661,9 @@ class Transfer:
             if job.mode != "server":
                 now = self._call(self.source.stat, job.key)
                 if (now.size, now.signature) != (job.info.size, job.info.signature):
-                    raise PermanentError(f"{self.source.url}: {job.key}: changed while it was being copied", code="Changed")
+                    raise PermanentError(
+                        f"{self.source.url}: {job.key}: changed while it was being copied", code="Changed"
+                    )
         except ChecksumMismatch as exc:
             self.ledger.end_upload(self.job, job.key)
             if job.attempt > 1:

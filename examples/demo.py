@@ -22,7 +22,11 @@ def main() -> int:
     try:
         env = {**os.environ, "FERRY_DEMO_KEY": "demo", "FERRY_DEMO_SECRET": "demo", "AWS_EC2_METADATA_DISABLED": "true"}
         boto3.client(
-            "s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="demo", aws_secret_access_key="demo"
+            "s3",
+            endpoint_url=server.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="demo",
+            aws_secret_access_key="demo",
         ).create_bucket(Bucket="dest-store")
         profiles = WORK / "profiles.yaml"
         profiles.write_text(
@@ -39,8 +43,18 @@ def main() -> int:
         )
         state = WORK / f"state-{server.port}"
         command = [
-            sys.executable, "-m", "ferry.cli", "sync", str(data), "meta://dest-store/datasets",
-            "--profiles", str(profiles), "--state-dir", str(state), "--report", str(WORK / "report.json"),
+            sys.executable,
+            "-m",
+            "ferry.cli",
+            "sync",
+            str(data),
+            "meta://dest-store/datasets",
+            "--profiles",
+            str(profiles),
+            "--state-dir",
+            str(state),
+            "--report",
+            str(WORK / "report.json"),
         ]
         print(f"$ ferry sync {data} meta://dest-store/datasets --profiles {profiles}", flush=True)
         first = subprocess.run(command, env=env, check=False)

@@ -14,7 +14,9 @@ def _bytes(seed: str, size: int) -> bytes:
     return hashlib.shake_256(seed.encode()).digest(size)
 
 
-def generate(root: Path, shards: int = 400, shard_size: int = 64 * 1024, checkpoints: int = 3, checkpoint_size: int = 40 * MiB) -> Path:
+def generate(
+    root: Path, shards: int = 400, shard_size: int = 64 * 1024, checkpoints: int = 3, checkpoint_size: int = 40 * MiB
+) -> Path:
     """Write the tree under root (idempotent: existing files of the right size are kept)."""
     files = {f"datasets/train/shard-{i:05d}.tar": shard_size for i in range(shards)}
     files |= {f"checkpoints/step-{1000 * (i + 1)}/model.pt": checkpoint_size for i in range(checkpoints)}

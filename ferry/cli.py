@@ -26,10 +26,13 @@ from ferry.errors import FerryError, UsageError
 from ferry.profiles import load_profiles
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help="Move GPU/ML workloads between clouds."
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Move GPU/ML workloads between clouds.",
 )
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SHOWN_ACTIONS = 20
@@ -59,7 +62,9 @@ def version() -> None:
 
 @app.command()
 def sync(
-    source: Annotated[str, typer.Argument(help="s3://bucket/prefix, az://container/prefix, ./dir, PROFILE://..., any fsspec URL")],
+    source: Annotated[
+        str, typer.Argument(help="s3://bucket/prefix, az://container/prefix, ./dir, PROFILE://..., any fsspec URL")
+    ],
     target: Annotated[str, typer.Argument(help="Where the objects go (same forms as SOURCE)")],
     threads: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent transfers")] = 128,
     profiles: Annotated[Path | None, typer.Option(help="YAML file of scheme aliases (profiles:)")] = None,
@@ -78,10 +83,14 @@ def sync(
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
     ] = False,
-    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the ledger lives")] = Path(".ferry/state"),
+    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the ledger lives")] = Path(
+        ".ferry/state"
+    ),
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here")] = None,
     log_format: Annotated[str, typer.Option(help="console or json")] = "console",
-    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)")] = None,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)")
+    ] = None,
 ) -> None:
     """Copy what is missing or different from SOURCE to TARGET, verify it, and report."""
     if log_format not in ("console", "json"):
@@ -188,9 +197,10 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
         highlight=False,
     )
     if summary["multipart"]["resumed_uploads"]:
-        out.print(f"resumed {summary['multipart']['resumed_uploads']} upload(s), {summary['multipart']['parts_resumed']} part(s) not re-sent")
+        multipart = summary["multipart"]
+        out.print(f"resumed {multipart['resumed_uploads']} upload(s), {multipart['parts_resumed']} part(s) not re-sent")
     for line in summary["failures"][:_SHOWN_ACTIONS]:
-        err.print(f"failed: {line}", markup=False, highlight=False)
+        out.print(f"failed: {line}", markup=False, highlight=False)
     measured = ", ".join(f"{k}={v}" for k, v in gate.measured.items() if v)
     out.print(f"data gate: {gate.status.value} {measured}".rstrip(), markup=False, highlight=False)
     for line in gate.evidence[:_SHOWN_ACTIONS]:
@@ -243,7 +253,8 @@ class _ProgressBar:
 def run() -> None:
     """Console-script entry point: one line and exit 2 for bad input, 1 for other failures."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except UsageError as exc:
         err.print(f"ferry: error: {exc}", markup=False, highlight=False)
         sys.exit(2)
@@ -268,4 +279,3 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
-

@@ -131,7 +131,8 @@ class Ledger:
     def parts(self, job: str, key: str, upload_id: str) -> list[Part]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT number, size, etag, crc32c FROM parts WHERE job = ? AND key = ? AND upload_id = ? ORDER BY number",
+                "SELECT number, size, etag, crc32c FROM parts"
+                " WHERE job = ? AND key = ? AND upload_id = ? ORDER BY number",
                 (job, key, upload_id),
             ).fetchall()
         return [Part(*row) for row in rows]

@@ -40,6 +40,8 @@ class Profile(BaseModel):
     endpoint_url: str | None = None
     region: str | None = None
     addressing_style: Literal["path", "virtual", "auto"] = "path"
+    # The store's smallest multipart part, where it differs from the provider's usual limit.
+    min_part_size: int | None = Field(default=None, gt=0)
     # fsspec only: the protocol and its non-secret storage options.
     protocol: str | None = None
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)

@@ -81,7 +81,11 @@ def run_sync(
         source.close()
         target.close()
     result = SyncResult(source_url, target_url, settings, stats, gate)
-    result.report_path = write_report(result, report_path or state_dir / "reports" / f"sync-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json")
+    result.report_path = write_report(
+        result,
+        report_path
+        or state_dir / "reports" / f"sync-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json",
+    )
     return result
 
 

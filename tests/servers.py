@@ -101,8 +101,16 @@ def start_azurite() -> Server:
     proc = subprocess.Popen(
         [
             str(azurite_binary()),
-            "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
-            "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl", "--silent",
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            str(workdir),
+            "--skipApiVersionCheck",
+            "--loose",
+            "--disableProductStyleUrl",
+            "--silent",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

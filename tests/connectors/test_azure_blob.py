@@ -50,10 +50,12 @@ class TestAzureBlobConformance(ConnectorSuite):
     pass
 
 
-def test_put_part_from_url_is_not_implemented_on_azurite(connector: AzureBlobConnector) -> None:
+def test_put_part_from_url_is_not_implemented_on_azurite(
+    connector: AzureBlobConnector, container: str, service: BlobServiceClient
+) -> None:
     connector.put("source", b"x" * 10, WriteSpec())
     upload = connector.begin("target", WriteSpec(), PART)
-    source_url = connector._blob("source").url
+    source_url = service.get_blob_client(container, "some-prefix/source").url
     with pytest.raises(PermanentError) as caught:
         connector.put_part_from_url("target", upload, 1, source_url, 0, 10)
     assert caught.value.code == "NotImplemented"

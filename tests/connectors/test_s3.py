@@ -84,11 +84,16 @@ def test_server_side_copy_needs_no_bytes(moto_env) -> None:
     dst.copy_from(src, info, "copied")
     stat = dst.stat("copied")
     assert (stat.size, stat.checksum, stat.metadata, stat.content_type) == (
-        len(data), "crc32c:01020304", {"m": "1"}, "text/plain",
+        len(data),
+        "crc32c:01020304",
+        {"m": "1"},
+        "text/plain",
     )
     upload = dst.begin("parts", WriteSpec(), 256 * 1024)
     parts = [
-        dst.copy_part_from(src, info, "parts", upload, n, (n - 1) * 256 * 1024, min(256 * 1024, len(data) - (n - 1) * 256 * 1024))
+        dst.copy_part_from(
+            src, info, "parts", upload, n, (n - 1) * 256 * 1024, min(256 * 1024, len(data) - (n - 1) * 256 * 1024)
+        )
         for n in (1, 2, 3)
     ]
     dst.complete("parts", upload, parts, WriteSpec())

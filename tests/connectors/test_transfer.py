@@ -1,0 +1,78 @@
+"""The engine's pure parts: the diff, part sizing, latency quantiles, CRC32C combination. No network."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from connectors.base import Capabilities, GiB, MiB, ObjectInfo
+from connectors.checksum import combine_parts, crc32c
+from connectors.transfer import COMPARE, COPY, DELETE, SKIP, LatencyHistogram, TransferSettings, diff, part_size_for
+from ferry.errors import PermanentError
+from ferry.ledger import ObjectRecord
+
+
+def info(key: str, size: int = 1, sig: str = "s") -> ObjectInfo:
+    return ObjectInfo(key=key, size=size, signature=sig)
+
+
+def kinds(source, target, records=(), **settings) -> dict[str, str]:
+    return {a.key: a.kind for a in diff(iter(source), iter(target), iter(records), TransferSettings(**settings))}
+
+
+def test_diff_merge_joins_in_key_order() -> None:
+    source = [info("a"), info("b", 2), info("c"), info("d")]
+    target = [info("b", 3), info("c", 1, "t"), info("e")]
+    records = [ObjectRecord("c", 1, "s", "t", "crc32c:00000000")]
+    assert kinds(source, target, records) == {"a": COPY, "b": COPY, "c": SKIP, "d": COPY, "e": SKIP}
+    assert kinds(source, target, records, delete=True)["e"] == DELETE
+
+
+def test_diff_without_record_compares_and_with_changed_signatures_copies() -> None:
+    record = ObjectRecord("k", 1, "s", "t", None)
+    assert kinds([info("k")], [info("k", sig="t")]) == {"k": COMPARE}
+    assert kinds([info("k")], [info("k", sig="t2")], [record]) == {"k": COPY}
+    assert kinds([info("k", sig="s2")], [info("k", sig="t")], [record]) == {"k": COPY}
+    assert kinds([info("k")], [info("k", sig="t")], [record], checksum=True) == {"k": COMPARE}
+
+
+def test_diff_filters_and_stale_records_do_not_leak() -> None:
+    records = [ObjectRecord("a", 1, "s", "t", None), ObjectRecord("zz", 1, "s", "t", None)]
+    got = kinds([info("a"), info("x.tmp"), info("y")], [info("a", sig="t")], records, exclude=("*.tmp",))
+    assert got == {"a": SKIP, "y": COPY}
+
+
+def test_diff_refuses_unordered_listings() -> None:
+    with pytest.raises(PermanentError, match="out of key order"):
+        kinds([info("b"), info("a")], [])
+
+
+def test_part_size_fits_the_target_limits() -> None:
+    caps = Capabilities(min_part_size=5 * MiB, max_part_size=5 * GiB, max_parts=10_000)
+
+    class Target:
+        capabilities = caps
+
+    settings = TransferSettings(part_size=8 * MiB)
+    assert part_size_for(100 * MiB, settings, Target()) == 8 * MiB
+    assert part_size_for(1024 * GiB, settings, Target()) == 105 * MiB  # 10,000 parts at most
+    assert part_size_for(10 * MiB, TransferSettings(part_size=1 * MiB), Target()) == 5 * MiB
+    with pytest.raises(PermanentError):
+        part_size_for(60_000 * GiB, settings, Target())
+
+
+def test_latency_quantiles_are_close() -> None:
+    hist = LatencyHistogram()
+    for ms in range(1, 1001):
+        hist.add(ms / 1000)
+    assert hist.quantile(0.5) == pytest.approx(0.5, rel=0.06)
+    assert hist.quantile(0.99) == pytest.approx(0.99, rel=0.06)
+    assert LatencyHistogram().quantile(0.5) is None
+
+
+def test_crc32c_combines_parts_in_any_split() -> None:
+    data = os.urandom(100_000)
+    for cut in (0, 1, 4096, 99_999):
+        parts = [data[:cut], data[cut:]]
+        assert combine_parts([(crc32c(p), len(p)) for p in parts]) == crc32c(data)
