@@ -14,25 +14,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from checks.base import CheckResult, Status
 from connectors.base import Connector, ObjectInfo
-from connectors.checksum import crc32c, label
-from connectors.transfer import TransferSettings, job_name, retrying
+from connectors.transfer import COMPARE, COPY, SKIP, Action, TransferSettings, hash_object, job_name, retrying
 from ferry.ledger import Ledger, ObjectRecord
 
+NAME = "data.target_matches_source"
 _EVIDENCE_KEPT = 20
 _WINDOW = 256
 
 
 def _hash(connector: Connector, info: ObjectInfo, settings: TransferSettings) -> str:
-    value, offset = 0, 0
-    call = retrying(settings)
-    while offset < info.size:
-        length = min(settings.part_size, info.size - offset)
-        value = crc32c(call.copy()(connector.open_range, info.key, offset, length), value)
-        offset += length
-    return label(value)
+    return hash_object(connector, info, settings.part_size, retrying(settings))
 
 
-class _Tally:
+class DataTally:
+    """Counts and evidence of one comparison of target against source."""
+
     def __init__(self) -> None:
         self.counts = {
             "objects_source": 0,
@@ -56,12 +52,46 @@ class _Tally:
         if len(self.evidence) < _EVIDENCE_KEPT:
             self.evidence.append(f"{kind}: {key}" + (f" ({detail})" if detail else ""))
 
+    def listed(self, src: ObjectInfo | None, dst: ObjectInfo | None) -> None:
+        if src is not None:
+            self.counts["objects_source"] += 1
+            self.counts["bytes_source"] += src.size
+        if dst is not None:
+            self.counts["objects_target"] += 1
+            self.counts["bytes_target"] += dst.size
+
+    def observe_unchanged(self, action: Action) -> None:
+        """Count one action of a sync that copied, deleted and failed nothing.
+
+        Then the diff's own listing is the target's state: a SKIP of an object both sides hold
+        means the ledger's verified record matched both signatures, and a COMPARE found the
+        stored (or, with --checksum, re-read) checksums equal.
+        """
+        if action.kind == COPY:
+            return  # the run changes the target: its gate re-lists both sides instead
+        self.listed(action.src, action.dst)
+        if action.src is None:
+            self.counts["extra_in_target"] += 1
+        elif action.kind == SKIP:
+            self.counts["verified_by_ledger"] += 1
+        elif action.kind == COMPARE:
+            self.counts["verified_by_reading" if action.reason == "--checksum" else "verified_by_stored_checksum"] += 1
+
+    def result(self, settings: TransferSettings, note: str | None = None) -> CheckResult:
+        counts = self.counts
+        failing = ("missing", "size_mismatch", "changed_after_copy", "checksum_mismatch", "could_not_compare")
+        if settings.delete:
+            failing += ("extra_in_target",)
+        status = Status.FAIL if any(counts[k] for k in failing) else Status.PASS
+        evidence = ([note] if note else []) + self.evidence
+        return CheckResult(NAME, status, dict(counts), {k: 0 for k in failing}, evidence)
+
 
 def check_data(
     source: Connector, target: Connector, ledger: Ledger, settings: TransferSettings, *, deep: bool = False
 ) -> CheckResult:
     """Compare target against source: objects, bytes, per-object size and checksum."""
-    tally = _Tally()
+    tally = DataTally()
     job = job_name(source, target)
     records = ledger.objects(job)
     rec = next(records, None)
@@ -76,13 +106,10 @@ def check_data(
                 rec = next(records, None)
             cur_s = s if s is not None and s.key == key else None
             cur_d = d if d is not None and d.key == key else None
+            tally.listed(cur_s, cur_d)
             if cur_s is not None:
-                tally.counts["objects_source"] += 1
-                tally.counts["bytes_source"] += cur_s.size
                 s = next(src_it, None)
             if cur_d is not None:
-                tally.counts["objects_target"] += 1
-                tally.counts["bytes_target"] += cur_d.size
                 d = next(dst_it, None)
             if cur_s is None:
                 tally.counts["extra_in_target"] += 1
@@ -97,16 +124,10 @@ def check_data(
                     _settle(pending.popleft(), tally)
         while pending:
             _settle(pending.popleft(), tally)
-    counts = tally.counts
-    failing = ("missing", "size_mismatch", "changed_after_copy", "checksum_mismatch", "could_not_compare")
-    if settings.delete and counts["extra_in_target"]:
-        failing += ("extra_in_target",)
-    status = Status.FAIL if any(counts[k] for k in failing) else Status.PASS
-    threshold = {k: 0 for k in failing}
-    return CheckResult("data.target_matches_source", status, dict(counts), threshold, tally.evidence)
+    return tally.result(settings)
 
 
-def _settle(future: Future, tally: _Tally) -> None:
+def _settle(future: Future, tally: DataTally) -> None:
     outcome, key, detail = future.result()
     if outcome.startswith("verified"):
         tally.counts[outcome] += 1

@@ -401,6 +401,16 @@ def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: 
     )
 
 
+def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:
+    """Read an object one chunk at a time and return its checksum label."""
+    value, offset = 0, 0
+    while offset < info.size:
+        length = min(chunk, info.size - offset)
+        value = crc32c(policy.copy()(connector.open_range, info.key, offset, length), value)
+        offset += length
+    return label(value)
+
+
 def job_name(source: Connector, target: Connector) -> str:
     """The ledger's name for a source/target pair."""
     return f"{source.url} -> {target.url}"
@@ -741,16 +751,10 @@ class Transfer:
         return source_sum, held
 
     def _hash(self, connector: Connector, info: ObjectInfo) -> str:
-        """Read the object and compute its checksum, one part-sized range at a time."""
-        value, offset = 0, 0
-        while offset < info.size:
-            length = min(self.settings.part_size, info.size - offset)
-            chunk = self._call(connector.open_range, info.key, offset, length)
-            value = crc32c(chunk, value)
-            offset += length
+        checksum = hash_object(connector, info, self.settings.part_size, self._retrying)
         if connector is self.source:
             self.stats.add(bytes_read=info.size)
-        return label(value)
+        return checksum
 
     def _submit_delete(self, action: Action) -> None:
         self.stats.add(deleted=1)
