@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from checks.base import CheckResult, Status
 from connectors.base import Connector, ObjectInfo
-from connectors.transfer import COMPARE, COPY, SKIP, Action, TransferSettings, hash_object, job_name, retrying
+from connectors.transfer import COMPARE, COPY, SKIP, Action, TransferSettings, hash_object, job_name, listing, retrying
 from ferry.ledger import Ledger, ObjectRecord
 
 NAME = "data.target_matches_source"
@@ -95,8 +95,8 @@ def check_data(
     job = job_name(source, target)
     records = ledger.objects(job)
     rec = next(records, None)
-    src_it = (i for i in source.list() if settings.selects(i.key))
-    dst_it = (i for i in target.list() if settings.selects(i.key))
+    src_it = (i for i in listing(source, settings) if settings.selects(i.key))
+    dst_it = (i for i in listing(target, settings) if settings.selects(i.key))
     s, d = next(src_it, None), next(dst_it, None)
     pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=min(32, settings.threads)) as pool:

@@ -264,14 +264,18 @@ class AzureBlobConnector(Connector):
         return {"metadata": metadata, "content_settings": ContentSettings(content_type=spec.content_type)}
 
     # -- reading -------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         """Blobs under prefix in the order Azure lists them; metadata comes in the same pages."""
         # Azure and Azurite order names by UTF-16 code unit. That is code point order except
-        # between characters above U+FFFF and those in U+E000-U+FFFF, which no per-page sort fixes.
+        # between characters above U+FFFF and those in U+E000-U+FFFF, which no per-page sort fixes:
+        # the engine refuses such a listing loudly rather than mis-pair keys.
         start = len(self.root) + 1 if self.root else 0
         with self._errors(prefix):
             for props in self._container.list_blobs(name_starts_with=join_key(self.root, prefix), include=["metadata"]):
-                yield self._info(props.name[start:], props)
+                key = props.name[start:]
+                # Azure lists from a continuation marker only: a resumed listing skips what it saw.
+                if key > start_after:
+                    yield self._info(key, props)
 
     def stat(self, key: str) -> ObjectInfo:
         blob = self._blob(key)

@@ -106,8 +106,8 @@ class Connector(abc.ABC):
         """Fail with one clear error if the root is unreachable (no bucket, no credentials)."""
 
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Yield objects under prefix in key order (code point order), streamed page by page."""
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        """Yield objects under prefix with keys after start_after, in key order, page by page."""
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:

@@ -75,10 +75,10 @@ class FsspecConnector(Connector):
         if not dry_run:
             self._call(self.url, self.fs.makedirs, self.root, True)
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         if not self.fs.exists(self.root):
             return
-        yield from (info for info in self._walk(self.root, "") if info.key.startswith(prefix))
+        yield from (i for i in self._walk(self.root, "") if i.key.startswith(prefix) and i.key > start_after)
 
     def _walk(self, path: str, base: str) -> Iterator[ObjectInfo]:
         entries = self._call(path, self.fs.ls, path, True)

@@ -99,10 +99,10 @@ class LocalConnector(Connector):
         return self.root.joinpath(*segments)
 
     # -- listing -------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         if not self.root.is_dir():
             return
-        yield from (info for info in self._walk(self.root, "") if info.key.startswith(prefix))
+        yield from (i for i in self._walk(self.root, "") if i.key.startswith(prefix) and i.key > start_after)
 
     def _walk(self, directory: Path, base: str) -> Iterator[ObjectInfo]:
         try:

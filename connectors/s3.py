@@ -198,11 +198,12 @@ class S3Connector(Connector):
             error = translate(exc, self.url)
             raise (error if isinstance(error, UsageError) else UsageError(str(error))) from None
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         base = f"{self.root}/" if self.root else ""
         paginator = self.client.get_paginator("list_objects_v2")
+        args = {"StartAfter": base + start_after} if start_after else {}
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix, **args):
                 for item in page.get("Contents", ()):
                     key = item["Key"][len(base) :]
                     if key:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -401,6 +402,27 @@ def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: 
     )
 
 
+def listing(
+    connector: Connector, settings: TransferSettings, on_retry: Callable[[], None] = lambda: None
+) -> Iterator[ObjectInfo]:
+    """connector.list(), resumed after the last key seen when a page fails transiently."""
+    last, failures = "", 0
+    while True:
+        try:
+            for info in connector.list(start_after=last):
+                yield info
+                last, failures = info.key, 0
+            return
+        except TransientError as exc:
+            failures += 1
+            if failures >= settings.retries:
+                raise
+            on_retry()
+            log.info("retrying listing", error=str(exc), code=exc.code, after=last)
+            backoff = random.uniform(0, min(settings.retry_max_s, settings.retry_base_s * 2**failures))
+            time.sleep(max(backoff, exc.retry_after or 0))
+
+
 def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:
     """Read an object one chunk at a time and return its checksum label."""
     value, offset = 0, 0
@@ -439,7 +461,10 @@ class Transfer:
         self._limiter = _RateLimiter(settings.bwlimit) if settings.bwlimit else None
         self._sched = _Scheduler(settings.memory_budget, 2 * settings.threads, self._run_part)
         self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
-        self._retrying = retrying(settings, on_retry=lambda: self.stats.add(retries=1))
+        self._retrying = retrying(settings, on_retry=self._note_retry)
+
+    def _note_retry(self) -> None:
+        self.stats.add(retries=1)
 
     def _call(self, fn: Callable, *args: Any) -> Any:
         # A copy per call: retry state must not be shared between worker threads.
@@ -464,8 +489,9 @@ class Transfer:
         return self.stats
 
     def _produce(self) -> None:
-        counted = self._count_listed(self.source.list())
-        for action in diff(counted, self.target.list(), self.ledger.objects(self.job), self.settings):
+        counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
+        target = listing(self.target, self.settings, self._note_retry)
+        for action in diff(counted, target, self.ledger.objects(self.job), self.settings):
             if self.on_action is not None:
                 self.on_action(action)
             if action.kind == SKIP:

@@ -50,6 +50,7 @@ class ConnectorSuite:
             connector.put(key, key.encode(), WriteSpec())
         assert _keys(connector) == sorted(keys)
         assert _keys(connector, "a/") == ["a/x", "a/y/z"]
+        assert [i.key for i in connector.list(start_after="a0")] == ["b", "c.txt"]
         sizes = {info.key: info.size for info in connector.list()}
         assert sizes == {key: len(key) for key in keys}
 
