@@ -282,10 +282,18 @@ class _LargeJob:
 
 
 class _Scheduler:
-    """Two lanes (small objects, large parts) feeding N workers under one byte budget."""
+    """Two lanes (small objects, large parts) feeding N workers under one byte budget.
+
+    Three conditions share one lock so a state change wakes only who it concerns: workers wait
+    for work, the producer for room in the small lane, the producer for a large-object slot.
+    A worker that takes a task wakes one more if work is left, rather than waking all.
+    """
 
     def __init__(self, budget: int, max_queued: int, run_part: Callable[[_LargeJob, int], None]):
-        self.cond = threading.Condition()
+        lock = threading.Lock()
+        self.work = threading.Condition(lock)
+        self.room = threading.Condition(lock)
+        self.slots = threading.Condition(lock)
         self.run_part = run_part
         self.small: deque[tuple[int, Callable[[], None]]] = deque()
         self.large: deque[_LargeJob] = deque()
@@ -295,65 +303,75 @@ class _Scheduler:
         self.open_large = 0
         self.closed = False
 
-    def submit(self, cost: int, fn: Callable[[], None], *, wait: bool = True) -> None:
-        with self.cond:
-            while wait and len(self.small) >= self.max_queued:
-                self.cond.wait()
+    def submit(self, cost: int, fn: Callable[[], None]) -> None:
+        with self.room:
+            while len(self.small) >= self.max_queued:
+                self.room.wait()
             self.small.append((cost, fn))
-            self.cond.notify()
+            self.work.notify()
 
     def add_large(self, job: _LargeJob) -> None:
-        with self.cond:
+        with self.work:
             self.large.append(job)
-            self.cond.notify_all()
+            self.work.notify()
 
-    def wait_large_slot(self, limit: int) -> None:
-        with self.cond:
-            while self.open_large >= limit:
-                self.cond.wait()
+    def open_large_slot(self, limit: int | None) -> None:
+        """Count one more large object in flight; with a limit, wait until one is free."""
+        with self.slots:
+            while limit is not None and self.open_large >= limit:
+                self.slots.wait()
             self.open_large += 1
 
     def release_large_slot(self) -> None:
-        with self.cond:
+        with self.slots:
             self.open_large -= 1
-            self.cond.notify_all()
+            self.slots.notify()
+            if self.closed and self.open_large == 0:
+                self.work.notify_all()
 
     def close(self) -> None:
-        with self.cond:
+        with self.work:
             self.closed = True
-            self.cond.notify_all()
+            self.work.notify_all()
 
     def _fits(self, cost: int) -> bool:
         # A task larger than the whole budget still runs, alone.
         return cost <= self.available or self.available == self.budget
 
+    def _pop(self) -> tuple[int, Callable[[], None]] | None:
+        for job in self.large:
+            if job.failed:
+                job.pending.clear()
+            if job.pending and self._fits(job.part_cost()):
+                number, cost = job.pending.popleft(), job.part_cost()
+                self.available -= cost
+                return cost, lambda job=job, number=number: self.run_part(job, number)
+        if self.small and self._fits(self.small[0][0]):
+            cost, fn = self.small.popleft()
+            self.available -= cost
+            self.room.notify()
+            return cost, fn
+        return None
+
     def take(self) -> tuple[int, Callable[[], None]] | None:
-        with self.cond:
+        with self.work:
             while True:
-                for job in self.large:
-                    if job.failed:
-                        job.pending.clear()
-                    if job.pending and self._fits(job.part_cost()):
-                        number = job.pending.popleft()
-                        cost = job.part_cost()
-                        if not job.pending:
-                            self.large.remove(job)
-                        self.available -= cost
-                        return cost, lambda job=job, number=number: self.run_part(job, number)
-                self.large = deque(j for j in self.large if j.pending)
-                if self.small and self._fits(self.small[0][0]):
-                    cost, fn = self.small.popleft()
-                    self.available -= cost
-                    self.cond.notify_all()  # the producer may be waiting for room
-                    return cost, fn
+                task = self._pop()
+                if self.large and not self.large[0].pending:
+                    self.large = deque(j for j in self.large if j.pending)
+                if task is not None:
+                    if self.small or self.large:
+                        self.work.notify()
+                    return task
                 if self.closed and not self.small and not self.large and self.open_large == 0:
                     return None
-                self.cond.wait()
+                self.work.wait()
 
     def release(self, cost: int) -> None:
-        with self.cond:
+        with self.work:
             self.available += cost
-            self.cond.notify_all()
+            if cost:
+                self.work.notify()
 
 
 class _RateLimiter:
@@ -543,7 +561,7 @@ class Transfer:
             cost = 0 if self._server_side else size
             self._sched.submit(cost, lambda: self._copy_small(action))
         else:
-            self._sched.wait_large_slot(self._max_open_large)
+            self._sched.open_large_slot(self._max_open_large)
             self._sched.submit(0, lambda: self._start_large(action))
 
     def _copy_small(self, action: Action, *, second_try: bool = False) -> None:
@@ -763,8 +781,8 @@ class Transfer:
         if src.size <= self.settings.multipart_threshold and src.size <= self.target.capabilities.max_single_put:
             self._copy_small(copy)
         else:
-            with self._sched.cond:
-                self._sched.open_large += 1
+            # A worker never waits for a slot (that could starve the parts that free one).
+            self._sched.open_large_slot(None)
             self._start_large(copy)
 
     def _checksums(self, src: ObjectInfo, dst: ObjectInfo) -> tuple[str | None, str | None]:
