@@ -66,8 +66,10 @@ class Part:
 class Capabilities:
     """Optional features a connector declares; the engine picks the cheapest path from them."""
 
-    # Server-side copy from another connector of the same store (S3 CopyObject / UploadPartCopy).
+    # Server-side copy from another connector of the same store (S3 CopyObject, a kernel file copy).
     server_side_copy: bool = False
+    # ...and of byte ranges into multipart parts (S3 UploadPartCopy); without it, whole objects only.
+    server_side_part_copy: bool = False
     # Can stage a part from a URL another store hands out (Azure Put Block From URL).
     url_source: bool = False
     # Can hand out a time-limited URL that another store may GET (S3 presigned URLs).

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from connectors.base import Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec
-from connectors.checksum import crc32c
-from ferry.errors import NotFoundError, PermanentError, RejectedKey, TransientError, UsageError
+from connectors.checksum import crc32c, label
+from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, RejectedKey, TransientError, UsageError
 from ferry.profiles import Profile
 
+_CHUNK = 1 << 20
 _TMP = ".ferry-tmp-"
 _UPLOAD = ".ferry-upload-"
 _X_CHECKSUM = "user.ferry.checksum"
@@ -34,6 +35,26 @@ def _translate(exc: OSError, what: str) -> Exception:
 def _signature(path: Path) -> str:
     st = os.stat(path)
     return f"{st.st_ino}-{st.st_mtime_ns}"
+
+
+def _capabilities(xattrs: bool) -> Capabilities:
+    return Capabilities(
+        server_side_copy=True, exact_keys=False, stores_checksum=xattrs, max_part_size=1 << 62, max_parts=1 << 31
+    )
+
+
+def _crc_of_fd(fd: int, size: int) -> int:
+    """CRC32C of a file's first size bytes, read in chunks into one reused buffer."""
+    buffer = bytearray(min(size, _CHUNK))
+    view = memoryview(buffer)
+    value = offset = 0
+    while offset < size:
+        got = os.preadv(fd, [view[: min(_CHUNK, size - offset)]], offset)
+        if got == 0:
+            break
+        value = crc32c(view[:got], value)
+        offset += got
+    return value
 
 
 def _xattrs_work(directory: Path) -> bool:
@@ -56,9 +77,7 @@ class LocalConnector(Connector):
     def __init__(self, root: Path, url: str):
         super().__init__(url)
         self.root = root
-        self.capabilities = Capabilities(
-            exact_keys=False, stores_checksum=False, max_part_size=1 << 62, max_parts=1 << 31
-        )
+        self.capabilities = _capabilities(xattrs=False)
         self._xattrs = False
 
     @classmethod
@@ -82,9 +101,7 @@ class LocalConnector(Connector):
         except OSError as exc:
             raise UsageError(f"{self.url}: cannot create directory: {exc.strerror}") from None
         self._xattrs = _xattrs_work(self.root)
-        self.capabilities = Capabilities(
-            exact_keys=False, stores_checksum=self._xattrs, max_part_size=1 << 62, max_parts=1 << 31
-        )
+        self.capabilities = _capabilities(self._xattrs)
 
     # -- keys and paths ------------------------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -234,6 +251,47 @@ class LocalConnector(Connector):
         except OSError as exc:
             if exc.errno != errno.ENOTEMPTY:
                 raise _translate(exc, f"{self.url}: {key}") from None
+
+    # -- server-side copy: the kernel copies, ferry reads both files back to verify -----------
+    def can_copy_from(self, source: Connector) -> bool:
+        return isinstance(source, LocalConnector)
+
+    def copy_from(self, source: Connector, info: ObjectInfo, key: str) -> ObjectInfo:
+        assert isinstance(source, LocalConnector)
+        if key.endswith("/"):
+            return self.put(key, b"", WriteSpec())
+        src_path, path = source._path(info.key), self._path(key)
+        tmp = path.with_name(f".{path.name}{_TMP}{secrets.token_hex(6)}")
+        what = f"{self.url}: {key}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(src_path, "rb") as src, open(tmp, "xb+") as dst:
+                size = os.fstat(src.fileno()).st_size
+                copied = 0
+                while copied < size:
+                    step = os.copy_file_range(src.fileno(), dst.fileno(), size - copied)
+                    if step == 0:
+                        raise PermanentError(f"{source.url}: {info.key}: shorter than expected (changed meanwhile?)")
+                    copied += step
+                value = _crc_of_fd(src.fileno(), size)
+                stored = self._getxattr(src.fileno(), _X_CHECKSUM)
+                if stored is not None and stored != label(value):
+                    raise ChecksumMismatch(f"{source.url}: {info.key}: bytes read do not match the stored {stored}")
+                if os.fstat(dst.fileno()).st_size != size or _crc_of_fd(dst.fileno(), size) != value:
+                    raise ChecksumMismatch(f"{what}: the copy reads back different from the source")
+                raw = self._getxattr(src.fileno(), _X_META)
+                spec = WriteSpec(
+                    content_type=self._getxattr(src.fileno(), _X_TYPE),
+                    metadata=json.loads(raw) if raw else {},
+                    checksum=label(value),
+                )
+                self._setxattrs(dst.fileno(), spec)
+            os.replace(tmp, path)
+            return ObjectInfo(key=key, size=size, signature=_signature(path), checksum=spec.checksum)
+        except OSError as exc:
+            raise _translate(exc, what) from None
+        finally:
+            tmp.unlink(missing_ok=True)
 
     # -- multipart: parts are written in place into a hidden staging file ----------------------
     # The upload id is "<token>-<part size>": the staging file's name carries it, so a resumed

@@ -109,6 +109,7 @@ class S3Connector(Connector):
     kind = "s3"
     capabilities = Capabilities(
         server_side_copy=True,
+        server_side_part_copy=True,
         presign=True,
         stores_checksum=True,
         exact_keys=True,

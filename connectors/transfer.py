@@ -40,7 +40,7 @@ class TransferSettings:
     # Objects above this go multipart.
     multipart_threshold: int = 16 * MiB
     # Object bytes held in memory at once, across all workers.
-    memory_budget: int = 128 * MiB
+    memory_budget: int = 64 * MiB
     # Attempts per request for transient errors (1 = no retry).
     retries: int = 6
     retry_base_s: float = 0.25
@@ -557,12 +557,18 @@ class Transfer:
         self.stats.add(to_copy=1, bytes_to_copy=size)
         if self.settings.dry_run:
             return
-        if size <= self.settings.multipart_threshold and size <= self.target.capabilities.max_single_put:
+        if self._whole(size):
             cost = 0 if self._server_side else size
             self._sched.submit(cost, lambda: self._copy_small(action))
         else:
             self._sched.open_large_slot(self._max_open_large)
             self._sched.submit(0, lambda: self._start_large(action))
+
+    def _whole(self, size: int) -> bool:
+        """True if an object of size goes in one request (or one server-side copy), not in parts."""
+        if self._server_side and not self.target.capabilities.server_side_part_copy:
+            return True
+        return size <= self.settings.multipart_threshold and size <= self.target.capabilities.max_single_put
 
     def _copy_small(self, action: Action, *, second_try: bool = False) -> None:
         key, src = action.key, action.src
@@ -571,11 +577,10 @@ class Transfer:
         try:
             if self._server_side:
                 written = self._call(self.target.copy_from, self.source, src, key)
-                checksum = None
-                self.stats.add(bytes_server_side=src.size)
+                checksum = written.checksum
+                moved = {"bytes_server_side": src.size}
             else:
                 data, info = self._call(self.source.get, key)
-                self.stats.add(bytes_read=len(data))
                 value = crc32c(data)
                 stored = parse(info.checksum)
                 if stored is not None and stored != value:
@@ -587,9 +592,9 @@ class Transfer:
                 if self._limiter:
                     self._limiter.take(len(data))
                 written = self._call(self.target.put, key, data, spec)
-                self.stats.add(bytes_written=len(data))
+                moved = {"bytes_read": len(data), "bytes_written": len(data)}
                 del data
-            self._done(action, src, written.signature, checksum, started)
+            self._done(action, src, written.signature, checksum, started, moved)
         except ChecksumMismatch as exc:
             if second_try:
                 self._fail(key, exc)
@@ -600,10 +605,13 @@ class Transfer:
         except Exception as exc:  # noqa: BLE001
             self._fail(key, exc)
 
-    def _done(self, action: Action, src: ObjectInfo, dst_sig: str, checksum: str | None, started: float) -> None:
+    def _done(
+        self, action: Action, src: ObjectInfo, dst_sig: str, checksum: str | None, started: float, moved: dict[str, int]
+    ) -> None:
         self.ledger.record_object(self.job, ObjectRecord(action.key, src.size, src.signature, dst_sig, checksum))
-        self.stats.latency.add(time.monotonic() - started)
-        self.stats.add(copied=1, bytes_copied=src.size)
+        with self.stats.lock:
+            self.stats.latency.add(time.monotonic() - started)
+        self.stats.add(copied=1, bytes_copied=src.size, **moved)
 
     # -- large objects -----------------------------------------------------------------------------
     def _start_large(self, action: Action) -> None:
@@ -729,7 +737,8 @@ class Transfer:
         self.ledger.end_upload(self.job, job.key)
         record_sig = job.action.src.signature if job.action.src else job.info.signature
         self.ledger.record_object(self.job, ObjectRecord(job.key, job.size, record_sig, written.signature, checksum))
-        self.stats.latency.add(time.monotonic() - job.started)
+        with self.stats.lock:
+            self.stats.latency.add(time.monotonic() - job.started)
         self.stats.add(copied=1, bytes_copied=job.size)
         self._sched.release_large_slot()
 
@@ -778,7 +787,7 @@ class Transfer:
         self.stats.add(to_copy=1, bytes_to_copy=src.size)
         if self.settings.dry_run:
             return
-        if src.size <= self.settings.multipart_threshold and src.size <= self.target.capabilities.max_single_put:
+        if self._whole(src.size):
             self._copy_small(copy)
         else:
             # A worker never waits for a slot (that could starve the parts that free one).

@@ -78,7 +78,7 @@ def sync(
     bwlimit: Annotated[str | None, typer.Option(help="Bandwidth cap per second, e.g. 50M")] = None,
     part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
     multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
-    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "128M",
+    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "64M",
     retries: Annotated[int, typer.Option(min=1, help="Attempts per request on transient errors")] = 6,
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")

@@ -73,7 +73,9 @@ class Ledger:
         self.path = state_dir / "ledger.sqlite"
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
+        # Two locks: workers appending finished objects never wait behind a SQLite write.
         self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
         self._pending: list[tuple] = []
         self._flushed_at = time.monotonic()
 
@@ -100,7 +102,7 @@ class Ledger:
             reader.close()
 
     def record_object(self, job: str, record: ObjectRecord) -> None:
-        with self._lock:
+        with self._pending_lock:
             self._pending.append((job, record.key, record.size, record.src_sig, record.dst_sig, record.checksum))
             due = len(self._pending) >= _BATCH_ROWS or time.monotonic() - self._flushed_at > _BATCH_SECONDS
         if due:
@@ -112,9 +114,11 @@ class Ledger:
             self._conn.execute("DELETE FROM objects WHERE job = ? AND key = ?", (job, key))
 
     def flush(self) -> None:
+        # The database lock first, so batches reach SQLite in the order they were taken.
         with self._lock:
-            pending, self._pending = self._pending, []
-            self._flushed_at = time.monotonic()
+            with self._pending_lock:
+                pending, self._pending = self._pending, []
+                self._flushed_at = time.monotonic()
             if pending:
                 with self._conn:
                     self._conn.execute("BEGIN")

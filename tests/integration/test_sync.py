@@ -12,6 +12,7 @@ import boto3
 from checks.base import Status
 from checks.data import check_data
 from connectors.base import WriteSpec
+from connectors.checksum import crc32c
 from connectors.registry import open_connector
 from connectors.transfer import TransferSettings
 from ferry.ledger import Ledger
@@ -327,3 +328,14 @@ def test_abort_incomplete_removes_orphaned_uploads(moto_env, tmp_path) -> None:
     assert "aborted 2" in done.stdout
     left = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
     assert left == ["other/three"]
+
+
+def test_local_to_local_copies_in_the_kernel_and_keeps_checksums(tmp_path) -> None:
+    files = make_tree(tmp_path / "src")
+    result = sync(str(tmp_path / "src"), str(tmp_path / "dst"), tmp_path / "state")
+    assert result.ok and result.gate.status == Status.PASS
+    assert result.stats.bytes_read == 0 and result.stats.bytes_server_side == sum(map(len, files.values()))
+    target = open_connector(str(tmp_path / "dst"), {})
+    for key, data in files.items():
+        assert (tmp_path / "dst" / key).read_bytes() == data
+        assert target.stat(key).checksum == f"crc32c:{crc32c(data):08x}"

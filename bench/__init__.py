@@ -1,0 +1,1 @@
+"""ferry's sync benchmark: `python -m bench.run --help`."""
