@@ -39,8 +39,11 @@ class TransferSettings:
     part_size: int = 8 * MiB
     # Objects above this go multipart.
     multipart_threshold: int = 16 * MiB
+    # Server-side copies above this go in parallel part copies; below, one whole-object copy
+    # (one request to the store instead of a begin, N part copies and a complete).
+    copy_threshold: int = 1024 * MiB
     # Object bytes held in memory at once, across all workers.
-    memory_budget: int = 64 * MiB
+    memory_budget: int = 96 * MiB
     # Attempts per request for transient errors (1 = no retry).
     retries: int = 6
     retry_base_s: float = 0.25
@@ -284,9 +287,11 @@ class _LargeJob:
 class _Scheduler:
     """Two lanes (small objects, large parts) feeding N workers under one byte budget.
 
-    Three conditions share one lock so a state change wakes only who it concerns: workers wait
-    for work, the producer for room in the small lane, the producer for a large-object slot.
-    A worker that takes a task wakes one more if work is left, rather than waking all.
+    Large parts may hold at most three quarters of the budget, so small objects always have room
+    to run beside them (small and large overlap instead of taking turns). Three conditions share
+    one lock so a state change wakes only who it concerns: workers wait for work, the producer for
+    room in the small lane, the producer for a large-object slot. A worker that takes a task wakes
+    one more if work is left, rather than waking all.
     """
 
     def __init__(self, budget: int, max_queued: int, run_part: Callable[[_LargeJob, int], None]):
@@ -299,6 +304,8 @@ class _Scheduler:
         self.large: deque[_LargeJob] = deque()
         self.budget = budget
         self.available = budget
+        self.large_share = budget * 3 // 4
+        self.large_held = 0
         self.max_queued = max_queued
         self.open_large = 0
         self.closed = False
@@ -342,10 +349,12 @@ class _Scheduler:
         for job in self.large:
             if job.failed:
                 job.pending.clear()
-            if job.pending and self._fits(job.part_cost()):
-                number, cost = job.pending.popleft(), job.part_cost()
+            cost = job.part_cost()
+            if job.pending and self._fits(cost) and (self.large_held + cost <= self.large_share or not self.large_held):
+                number = job.pending.popleft()
                 self.available -= cost
-                return cost, lambda job=job, number=number: self.run_part(job, number)
+                self.large_held += cost
+                return cost, lambda job=job, number=number, cost=cost: self._run_large(job, number, cost)
         if self.small and self._fits(self.small[0][0]):
             cost, fn = self.small.popleft()
             self.available -= cost
@@ -366,6 +375,13 @@ class _Scheduler:
                 if self.closed and not self.small and not self.large and self.open_large == 0:
                     return None
                 self.work.wait()
+
+    def _run_large(self, job: _LargeJob, number: int, cost: int) -> None:
+        try:
+            self.run_part(job, number)
+        finally:
+            with self.work:
+                self.large_held -= cost
 
     def release(self, cost: int) -> None:
         with self.work:
@@ -566,8 +582,10 @@ class Transfer:
 
     def _whole(self, size: int) -> bool:
         """True if an object of size goes in one request (or one server-side copy), not in parts."""
-        if self._server_side and not self.target.capabilities.server_side_part_copy:
-            return True
+        if self._server_side:
+            if not self.target.capabilities.server_side_part_copy:
+                return True
+            return size <= self.settings.copy_threshold and size <= self.target.capabilities.max_single_put
         return size <= self.settings.multipart_threshold and size <= self.target.capabilities.max_single_put
 
     def _copy_small(self, action: Action, *, second_try: bool = False) -> None:

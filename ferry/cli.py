@@ -78,7 +78,8 @@ def sync(
     bwlimit: Annotated[str | None, typer.Option(help="Bandwidth cap per second, e.g. 50M")] = None,
     part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
     multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
-    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "64M",
+    copy_threshold: Annotated[str, typer.Option(help="Server-side copies above this go in parallel parts")] = "1G",
+    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "96M",
     retries: Annotated[int, typer.Option(min=1, help="Attempts per request on transient errors")] = 6,
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
@@ -110,6 +111,7 @@ def sync(
             threads=threads,
             part_size=parse_size(part_size, "--part-size"),
             multipart_threshold=parse_size(multipart_threshold, "--multipart-threshold"),
+            copy_threshold=parse_size(copy_threshold, "--copy-threshold"),
             memory_budget=parse_size(memory_budget, "--memory-budget"),
             retries=retries,
             checksum=checksum,
