@@ -6,6 +6,7 @@ C# identifiers); user metadata stays metadata and the content type is the blob's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -44,6 +45,8 @@ from ferry.errors import (
 from ferry.profiles import Profile
 
 CHECKSUM_KEY = "ferry_crc32c"
+EXTRA_KEY = "ferry_metadata"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_BLOCK = 4000 * MiB
 MAX_SINGLE_PUT = 5000 * MiB
 # Matches the engine's default of 128 worker threads with room for listings and stats.
@@ -246,6 +249,7 @@ class AzureBlobConnector(Connector):
     def _info(key: str, props: BlobProperties) -> ObjectInfo:
         metadata = dict(props.metadata or {})
         checksum = metadata.pop(CHECKSUM_KEY, None)
+        metadata.update(json.loads(metadata.pop(EXTRA_KEY, "{}")))
         return ObjectInfo(
             key=key,
             size=props.size,
@@ -258,7 +262,12 @@ class AzureBlobConnector(Connector):
 
     @staticmethod
     def _write_options(spec: WriteSpec) -> dict[str, Any]:
-        metadata = dict(spec.metadata)
+        # Azure takes only C# identifiers as names and ASCII values: the rest (S3's "x-team",
+        # accented values) travel in one JSON entry and come back out of it on read.
+        metadata = {k: v for k, v in spec.metadata.items() if _IDENTIFIER.fullmatch(k) and v.isascii()}
+        extra = {k: v for k, v in spec.metadata.items() if k not in metadata}
+        if extra:
+            metadata[EXTRA_KEY] = json.dumps(extra, sort_keys=True)
         if spec.checksum:
             metadata[CHECKSUM_KEY] = spec.checksum
         return {"metadata": metadata, "content_settings": ContentSettings(content_type=spec.content_type)}

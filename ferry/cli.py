@@ -75,7 +75,9 @@ def sync(
     exclude: Annotated[list[str] | None, typer.Option(help="Glob of keys to exclude (repeatable)")] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the data gate after the copy")] = False,
     deep_verify: Annotated[bool, typer.Option("--deep-verify", help="The gate re-reads every target object")] = False,
-    bwlimit: Annotated[str | None, typer.Option(help="Bandwidth cap per second, e.g. 50M")] = None,
+    bwlimit: Annotated[
+        str | None, typer.Option(help="Cap on bytes per second through ferry, e.g. 50M (store-side copies are not capped)")
+    ] = None,
     part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
     multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
     copy_threshold: Annotated[str, typer.Option(help="Server-side copies above this go in parallel parts")] = "1G",
@@ -193,7 +195,8 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
     )
     out.print(
         f"bytes through ferry: read {sizes['read_through_ferry']:,}, written {sizes['written_through_ferry']:,}; "
-        f"server-side {sizes['server_side']:,}; pulled by target from URLs {sizes['pulled_by_target_from_url']:,} "
+        f"copied by the store itself (server-side or kernel copy) {sizes['server_side']:,}; "
+        f"pulled by the target from URLs {sizes['pulled_by_target_from_url']:,} "
         f"(url copy: {summary['url_copy']})",
         markup=False,
         highlight=False,

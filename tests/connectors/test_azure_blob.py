@@ -203,3 +203,14 @@ def test_get_returns_bytes_and_properties_in_one(connector: AzureBlobConnector) 
     assert (info.size, info.checksum, info.content_type) == (7, "crc32c:01020304", "text/plain")
     assert info.metadata == {"m": "1"}
     assert info.signature == connector.stat("obj").signature
+
+
+def test_metadata_azure_cannot_name_travels_and_comes_back(connector: AzureBlobConnector) -> None:
+    metadata = {"plain": "v", "x-team": "ml", "owner": "zoë", "9lives": "cat"}
+    connector.put("meta.bin", b"x", WriteSpec(metadata=metadata, checksum="crc32c:00000001"))
+    upload = connector.begin("parts.bin", WriteSpec(), 4)
+    part = connector.put_part("parts.bin", upload, 1, b"abcd")
+    connector.complete("parts.bin", upload, [part], WriteSpec(metadata=metadata))
+    for key in ("meta.bin", "parts.bin"):
+        assert connector.stat(key).metadata == metadata
+    assert next(connector.list()).metadata == metadata

@@ -76,3 +76,37 @@ def test_crc32c_combines_parts_in_any_split() -> None:
     for cut in (0, 1, 4096, 99_999):
         parts = [data[:cut], data[cut:]]
         assert combine_parts([(crc32c(p), len(p)) for p in parts]) == crc32c(data)
+
+
+def test_retry_waits_honour_retry_after_and_only_transient_errors_retry() -> None:
+    from tenacity import RetryCallState
+
+    from connectors.transfer import retrying
+    from ferry.errors import TransientError
+
+    policy = retrying(TransferSettings(retries=3, retry_base_s=0.01, retry_max_s=0.05))
+    state = RetryCallState(policy, None, (), {})
+    error = TransientError("slow down", code="SlowDown", retry_after=7.0)
+    state.set_exception((TransientError, error, None))
+    assert policy.wait(state) == 7.0
+    state.set_exception((TransientError, TransientError("reset"), None))
+    assert policy.wait(state) <= 0.05
+
+    calls = []
+
+    def denied() -> None:
+        calls.append(1)
+        raise PermanentError("403", code="AccessDenied")
+
+    with pytest.raises(PermanentError):
+        policy.copy()(denied)
+    assert len(calls) == 1
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TransientError("503", code="SlowDown")
+        return "done"
+
+    calls.clear()
+    assert policy.copy()(flaky) == "done" and len(calls) == 3

@@ -17,12 +17,24 @@ SLOWDOWN = (
 
 class FaultProxy:
     """Forward to upstream_port; every `every`-th request gets a 503 SlowDown instead (0: never),
-    and writes to paths containing `deny` get 403 AccessDenied."""
+    writes to paths containing `deny` get 403 AccessDenied, and the first `corrupt_times` writes
+    to paths containing `corrupt` reach the server with one byte flipped."""
 
-    def __init__(self, upstream_port: int, every: int = 0, retry_after: str = "0", deny: str | None = None):
+    def __init__(
+        self,
+        upstream_port: int,
+        every: int = 0,
+        retry_after: str = "0",
+        deny: str | None = None,
+        corrupt: str | None = None,
+        corrupt_times: int = 1,
+    ):
         self.upstream_port = upstream_port
         self.every = every
         self.deny = deny
+        self.corrupt = corrupt
+        self.corrupt_left = corrupt_times
+        self.corrupted = 0
         self.retry_after = retry_after
         self.requests = 0
         self.injected = 0
@@ -48,6 +60,13 @@ class FaultProxy:
                 if inject:
                     self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
                     return
+                if proxy.corrupt and proxy.corrupt in self.path and self.command == "PUT" and body:
+                    with proxy._lock:
+                        flip = proxy.corrupt_left > 0
+                        proxy.corrupt_left -= int(flip)
+                        proxy.corrupted += int(flip)
+                    if flip:
+                        body = bytes([body[0] ^ 0xFF]) + body[1:]
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
                 upstream.request(self.command, self.path, body=body or None, headers=headers)

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import boto3
+import pytest
 
 from checks.base import Status
 from checks.data import check_data
@@ -339,3 +340,22 @@ def test_local_to_local_copies_in_the_kernel_and_keeps_checksums(tmp_path) -> No
     for key, data in files.items():
         assert (tmp_path / "dst" / key).read_bytes() == data
         assert target.stat(key).checksum == f"crc32c:{crc32c(data):08x}"
+
+
+@pytest.mark.parametrize(("key", "times", "ok"), [("a/one.bin", 1, True), ("big/model.pt", 1, True), ("a/one.bin", 9, False)])
+def test_bytes_corrupted_in_transit_are_copied_again_once(moto_env, tmp_path, key, times, ok) -> None:
+    files = make_tree(tmp_path / "src")
+    bucket = new_bucket(moto_env.endpoint)
+    with FaultProxy(moto_env.port, corrupt=key, corrupt_times=times) as proxy:
+        os.environ["AWS_ENDPOINT_URL_S3"] = f"http://127.0.0.1:{proxy.port}"
+        try:
+            result = sync(str(tmp_path / "src"), f"s3://{bucket}/p", tmp_path / "state")
+        finally:
+            os.environ["AWS_ENDPOINT_URL_S3"] = moto_env.endpoint
+    assert result.stats.recopied_after_mismatch >= 1
+    if ok:
+        assert result.ok, result.stats.failures
+        assert bucket_objects(moto_env.endpoint, bucket, "p/")[key] == files[key]
+    else:
+        assert not result.ok and proxy.corrupted == 2
+        assert "MD5" in result.stats.failures[0] and key in result.stats.failures[0]
