@@ -76,7 +76,7 @@ def sync(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the data gate after the copy")] = False,
     deep_verify: Annotated[bool, typer.Option("--deep-verify", help="The gate re-reads every target object")] = False,
     bwlimit: Annotated[
-        str | None, typer.Option(help="Cap on bytes per second through ferry, e.g. 50M (store-side copies are not capped)")
+        str | None, typer.Option(help="Cap on bytes per second through ferry, e.g. 50M (store-side copies: no cap)")
     ] = None,
     part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
     multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",

@@ -342,7 +342,9 @@ def test_local_to_local_copies_in_the_kernel_and_keeps_checksums(tmp_path) -> No
         assert target.stat(key).checksum == f"crc32c:{crc32c(data):08x}"
 
 
-@pytest.mark.parametrize(("key", "times", "ok"), [("a/one.bin", 1, True), ("big/model.pt", 1, True), ("a/one.bin", 9, False)])
+@pytest.mark.parametrize(
+    ("key", "times", "ok"), [("a/one.bin", 1, True), ("big/model.pt", 1, True), ("a/one.bin", 9, False)]
+)
 def test_bytes_corrupted_in_transit_are_copied_again_once(moto_env, tmp_path, key, times, ok) -> None:
     files = make_tree(tmp_path / "src")
     bucket = new_bucket(moto_env.endpoint)
