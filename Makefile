@@ -28,6 +28,7 @@ test: $(STAMP) servers
 
 bench: $(STAMP) servers
 	$(PY) -m bench.run
+	$(PY) -m bench.resume
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

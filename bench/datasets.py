@@ -46,6 +46,7 @@ def specs(quick: bool) -> dict[str, tuple[Group, ...]]:
         "tiny-20k": (Group("", 2000 if quick else 20_000, 1 * KIB, 1000),),
         "files-20k": (Group("", 2000 if quick else 20_000, 0, 1000, tiny=True),),
         "files-200k": (Group("", 20_000 if quick else 200_000, 0, 1000, tiny=True),),
+        "one-gib": (Group("", 1, (64 if quick else 1024) * MIB, 0),),
     }
 
 
