@@ -222,6 +222,9 @@ class AzureBlobConnector(Connector):
                 raise UsageError(f"{self.url}: cannot reach {self._service.primary_hostname}") from None
             raise UsageError(str(error)) from None
 
+    def network_host(self) -> str | None:
+        return self._service.primary_hostname
+
     def close(self) -> None:
         self._service.close()
         if self._identity is not None:

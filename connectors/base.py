@@ -152,6 +152,10 @@ class Connector(abc.ABC):
         """Yield (key, upload_id) of multipart uploads begun under the root and never finished."""
 
     # -- optional, per capabilities ---------------------------------------------------------
+    def network_host(self) -> str | None:
+        """The host name this connector's requests go to; None when it reaches no network."""
+        return None
+
     def prepare_target(self, dry_run: bool) -> None:
         """Make the root ready to be written, or with dry_run only check it could be; by default, check()."""
         self.check()

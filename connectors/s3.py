@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions
@@ -170,6 +171,9 @@ class S3Connector(Connector):
         if profile is not None and profile.min_part_size:
             connector.capabilities = dataclasses.replace(cls.capabilities, min_part_size=profile.min_part_size)
         return connector
+
+    def network_host(self) -> str | None:
+        return urlsplit(self.endpoint).hostname
 
     def _call(self, what: str, method, **kwargs):
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import os
 import sys
 import threading
 from pathlib import Path
@@ -20,9 +20,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from checks.base import Status
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
-from ferry import __version__, logs
+from ferry import __version__, logs, units
 from ferry.errors import FerryError, UsageError
+from ferry.plan import load_plan
 from ferry.profiles import load_profiles
 
 app = typer.Typer(
@@ -34,24 +36,103 @@ app = typer.Typer(
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SHOWN_ACTIONS = 20
 
 
 def parse_size(text: str, what: str) -> int:
-    """'8M', '1.5G', '512K', '100' (bytes); binary units, an optional 'i'/'B' suffix."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not match:
-        raise UsageError(f"{what}: {text!r} is not a size (examples: 8M, 1.5G, 512K)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-    if value <= 0:
-        raise UsageError(f"{what}: must be positive")
-    return value
+    """Bytes in an option's value, or a UsageError naming the option."""
+    try:
+        return units.parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
+app.add_typer(plan_app, name="plan")
 
 
 @app.callback()
 def main() -> None:
     """ferry: move GPU/ML workloads from one cloud to another, verified at every step."""
+
+
+@plan_app.command("validate")
+def plan_validate(path: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
+    """Check a plan file: one line per problem, exit 2 if there is one."""
+    loaded = load_plan(path)
+    plan = loaded.plan
+    out.print(
+        f"{path}: valid plan {plan.name!r}: phases {', '.join(plan.enabled_phases())}; "
+        f"target profile {loaded.target.name}",
+        markup=False,
+        highlight=False,
+    )
+
+
+@plan_app.command("show")
+def plan_show(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    preflight: Annotated[bool, typer.Option("--preflight/--no-preflight", help="Run the preflight checks")] = True,
+) -> None:
+    """The resolved plan (secrets masked), what each phase will do, and the preflight checks."""
+    from checks.preflight import preflight as run_preflight
+
+    loaded = load_plan(path)
+    plan = loaded.plan
+    out.rule(f"plan {plan.name} ({path})")
+    out.print(loaded.masked().rstrip(), markup=False, highlight=False)
+    out.rule("what each phase will do")
+    for phase in plan.enabled_phases():
+        pause = " (pauses for approval first)" if phase in plan.approve_before else ""
+        out.print(f"{phase}{pause}: {describe_phase(loaded, phase)}", markup=False, highlight=False)
+    t = loaded.target
+    out.print(
+        f"target profile {t.name}: base image {t.base_image}; GPU resource {t.gpu_resource}; "
+        f"annotations {', '.join(f'{k}: {v}' for k, v in t.pod_annotations.items()) or 'none'}",
+        markup=False,
+        highlight=False,
+    )
+    refs = sorted(loaded.env_refs | credential_refs(plan))
+    if refs:
+        out.rule("environment it reads (values never shown)")
+        for name in refs:
+            out.print(f"{name}: {'set' if name in os.environ else 'NOT SET'}", markup=False, highlight=False)
+    if preflight:
+        out.rule("preflight")
+        storage = {role: loaded.storage(role) for role in ("source", "target")}
+        results = run_preflight(storage, plan.profiles, loaded.state_dir)
+        table = Table(show_header=True)
+        for column in ("check", "status", "evidence"):
+            table.add_column(column)
+        for result in results:
+            table.add_row(result.name, result.status.value, "; ".join(result.evidence))
+        out.print(table)
+        if any(result.status == Status.FAIL for result in results):
+            raise typer.Exit(1)
+
+
+def describe_phase(loaded, phase: str) -> str:
+    plan = loaded.plan
+    if phase == "data_sync":
+        sync = plan.phases.data_sync
+        shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
+        gate = plan.gates.data_sync
+        return (
+            f"copy what is missing or different from {loaded.storage('source')} to {loaded.storage('target')} "
+            f"({sync.threads} threads; shards: {shards}; delete extraneous: {'yes' if sync.delete else 'no'}), "
+            f"then the data gate ({'re-reading every object' if gate.deep_verify else 'sizes, checksums, ledger'})"
+        )
+    raise ValueError(phase)
+
+
+def credential_refs(plan) -> set[str]:
+    """Environment variable names the plan's profiles read credentials from."""
+    names = set()
+    for profile in plan.profiles.values():
+        for field, value in profile.credentials.model_dump().items():
+            if field.endswith("_env") and value:
+                names.add(value)
+    return names
 
 
 @app.command()

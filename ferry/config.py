@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -11,6 +12,14 @@ from pydantic import BaseModel, ValidationError
 from ferry.errors import UsageError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class FieldProblem(ValueError):
+    """Raised by a transform: what is wrong, and where (the field path) in the document."""
+
+    def __init__(self, loc: tuple, message: str):
+        super().__init__(message)
+        self.loc = loc
 
 
 def _line_of(node: yaml.Node | None, path: tuple) -> int | None:
@@ -32,8 +41,8 @@ def _line_of(node: yaml.Node | None, path: tuple) -> int | None:
     return line
 
 
-def load_yaml_model(path: Path, model: type[M]) -> M:
-    """Parse path and validate it as model, or raise UsageError with one line."""
+def load_yaml_model(path: Path, model: type[M], transform: Callable[[Any], Any] | None = None) -> M:
+    """Parse path and validate it as model (after transform, if given), or raise UsageError with one line."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -48,13 +57,21 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
         raise UsageError(f"{path}{where}: not valid YAML: {problem}") from None
     if data is None:
         data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}:1: (top level): expected a mapping, found {type(data).__name__}")
     try:
+        if transform is not None:
+            data = transform(data)
         return model.model_validate(data)
+    except FieldProblem as exc:
+        raise UsageError(_one_line(path, node, exc.loc, str(exc))) from None
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        line = _line_of(node, loc)
-        where = f":{line}" if line else ""
-        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        raise UsageError(f"{path}{where}: {field}: {message}") from None
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise UsageError(_one_line(path, node, tuple(err["loc"]), message)) from None
+
+
+def _one_line(path: Path, node: yaml.Node | None, loc: tuple, message: str) -> str:
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(node, loc)
+    return f"{path}{':' + str(line) if line else ''}: {field}: {message}"

@@ -1,0 +1,239 @@
+"""The migration plan: one YAML file that says what moves where, with which gates and approvals.
+
+Secrets are never inline. Credentials are named (environment variables, an AWS profile, a
+connection-string variable) in profiles; any string may reference the environment as ${NAME},
+resolved at load time and shown masked. Unknown keys are errors, and so are phases this
+version of ferry cannot run: no placeholder phase ever reports PASS.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from ferry.config import FieldProblem, load_yaml_model
+from ferry.errors import UsageError
+from ferry.profiles import Profile
+from ferry.units import parse_size
+
+PHASE_ORDER = ("iam", "data_sync", "images", "manifests", "golive")
+AVAILABLE_PHASES = ("data_sync",)
+TARGETS_DIR = Path(__file__).with_name("targets")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_CRON_FIELD = re.compile(r"^(\*|\d+|[A-Za-z]{3})([-/,](\d+|[A-Za-z]{3}|\*))*$")
+
+
+def _size(value: Any) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Side(_Strict):
+    """One end of the migration. Registry, cluster and IAM sources arrive with their phases."""
+
+    storage: str = Field(min_length=1)
+
+
+class TargetSide(Side):
+    # A built-in target profile (meta-compute, generic-k8s) or the path of a user's YAML profile.
+    profile: str = "generic-k8s"
+
+
+class DataSync(_Strict):
+    """Settings of the data_sync phase (the same knobs as `ferry sync`)."""
+
+    threads: int = Field(default=128, ge=1, le=4096)
+    part_size: Size = 8 << 20
+    multipart_threshold: Size = 16 << 20
+    memory_budget: Size = 96 << 20
+    bwlimit: Size | None = None
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    delete: bool = False
+    checksum: bool = False
+    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
+    shards: list[str] = Field(default_factory=list)
+
+    @field_validator("shards")
+    @classmethod
+    def _disjoint(cls, shards: list[str]) -> list[str]:
+        for a in shards:
+            for b in shards:
+                if a != b and b.startswith(a):
+                    raise ValueError(f"shard {b!r} overlaps shard {a!r}")
+        if len(set(shards)) != len(shards):
+            raise ValueError("shards repeat")
+        return shards
+
+
+class Phases(_Strict):
+    data_sync: DataSync | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in data:
+                if name in PHASE_ORDER and name not in AVAILABLE_PHASES:
+                    raise ValueError(
+                        f"phase {name!r} is not available in this version of ferry (available: "
+                        f"{', '.join(AVAILABLE_PHASES)})"
+                    )
+        return data
+
+
+class DataGate(_Strict):
+    # Re-read every target object and compare checksums (slow, thorough).
+    deep_verify: bool = False
+    # Objects in the target that the source lacks: tolerated unless the phase deletes them.
+    allow_extra: bool = True
+
+
+class Gates(_Strict):
+    data_sync: DataGate = Field(default_factory=DataGate)
+
+
+class Retries(_Strict):
+    """Prefect task retries for transient errors only."""
+
+    attempts: int = Field(default=3, ge=0, le=20)
+    delay_s: float = Field(default=10.0, ge=0, le=3600)
+
+
+class Plan(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    source: Side
+    target: TargetSide
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    phases: Phases
+    gates: Gates = Field(default_factory=Gates)
+    approve_before: list[str] = Field(default_factory=list)
+    # Five-field cron; the deployment runs the plan on it.
+    schedule: str | None = None
+    # WARN stops the run too, not only FAIL.
+    strict: bool = False
+    retries: Retries = Field(default_factory=Retries)
+    state_dir: str = ".ferry"
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        fields = value.split()
+        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+            raise ValueError(f"{value!r} is not a five-field cron expression (e.g. '0 2 * * *')")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Plan:
+        enabled = self.enabled_phases()
+        if not enabled:
+            raise ValueError("no phase is enabled: add one under phases (e.g. data_sync: {})")
+        for name in self.approve_before:
+            if name not in enabled:
+                raise ValueError(f"approve_before names {name!r}, which is not an enabled phase")
+        return self
+
+    def enabled_phases(self) -> list[str]:
+        """The phases this plan runs, in pipeline order."""
+        return [name for name in PHASE_ORDER if getattr(self.phases, name, None) is not None]
+
+
+class TargetProfile(_Strict):
+    """What a target platform needs: base image, SDK, annotations, GPU resources, RBAC, storage classes."""
+
+    name: str
+    description: str = ""
+    base_image: str
+    sdk_install: list[str] = Field(default_factory=list)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    gpu_resource: str = "nvidia.com/gpu"
+    rdma_resource: str | None = None
+    rbac_roles: list[str] = Field(default_factory=list)
+    storage_classes: dict[str, str] = Field(default_factory=dict)
+    object_storage: Literal["s3", "azure", "fsspec"] = "s3"
+
+
+def builtin_targets() -> list[str]:
+    return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
+
+
+def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
+    """A built-in target profile by name, or a user's YAML profile by path (relative to the plan)."""
+    builtin = TARGETS_DIR / f"{ref}.yaml"
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        if not builtin.exists():
+            raise UsageError(f"target profile {ref!r} is not built in ({', '.join(builtin_targets())}) nor a path")
+        return load_yaml_model(builtin, TargetProfile)
+    path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
+    return load_yaml_model(path, TargetProfile)
+
+
+def _interpolate(node: Any, refs: set[str], loc: tuple = ()) -> Any:
+    """Replace ${NAME} in every string with the environment's value; record the names used."""
+    if isinstance(node, dict):
+        return {k: _interpolate(v, refs, (*loc, k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, refs, (*loc, i)) for i, v in enumerate(node)]
+    if isinstance(node, str):
+
+        def value(match: re.Match) -> str:
+            name = match.group(1)
+            refs.add(name)
+            if name not in os.environ:
+                raise FieldProblem(loc, f"${{{name}}} is referenced but not set in the environment")
+            return os.environ[name]
+
+        return _ENV_REF.sub(value, node)
+    return node
+
+
+class LoadedPlan:
+    """A validated plan with where it came from, its target profile and the environment it used."""
+
+    def __init__(self, path: Path, plan: Plan, target: TargetProfile, raw: dict, env_refs: set[str]):
+        self.path = path
+        self.plan = plan
+        self.target = target
+        self.raw = raw
+        self.env_refs = env_refs
+
+    def storage(self, role: str) -> str:
+        """The storage URL of 'source' or 'target'; a relative local path is relative to the plan file."""
+        url = getattr(self.plan, role).storage
+        if "://" in url or Path(url).is_absolute():
+            return url
+        return str(self.path.parent / url)
+
+    @property
+    def state_dir(self) -> Path:
+        state = Path(self.plan.state_dir)
+        return state if state.is_absolute() else self.path.parent / state
+
+    def masked(self) -> str:
+        """The plan as written, ${NAME} references kept as references: nothing resolved is shown."""
+        return yaml.safe_dump(self.raw, sort_keys=False, allow_unicode=True)
+
+
+def load_plan(path: Path) -> LoadedPlan:
+    """Read and validate a plan file; every problem is one UsageError line with file, line and field."""
+    refs: set[str] = set()
+    plan = load_yaml_model(path, Plan, transform=lambda data: _interpolate(data, refs))
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    target = load_target_profile(plan.target.profile, path.parent)
+    return LoadedPlan(path, plan, target, raw, refs)

@@ -1,0 +1,21 @@
+"""Sizes as people write them: '8M', '1.5G', '512K', '100' (bytes); binary units."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in text; ValueError naming the text if it is not a positive size."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+        if not match:
+            raise ValueError(f"{text!r} is not a size (examples: 8M, 1.5G, 512K)")
+        value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive size")
+    return value
