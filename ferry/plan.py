@@ -233,7 +233,18 @@ class LoadedPlan:
 def load_plan(path: Path) -> LoadedPlan:
     """Read and validate a plan file; every problem is one UsageError line with file, line and field."""
     refs: set[str] = set()
-    plan = load_yaml_model(path, Plan, transform=lambda data: _interpolate(data, refs))
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    target = load_target_profile(plan.target.profile, path.parent)
-    return LoadedPlan(path, plan, target, raw, refs)
+    found: dict[str, Any] = {}
+
+    def prepare(data: dict) -> dict:
+        found["raw"] = data
+        resolved = _interpolate(data, refs)
+        target = resolved.get("target")
+        ref = target.get("profile", "generic-k8s") if isinstance(target, dict) else "generic-k8s"
+        try:
+            found["target"] = load_target_profile(str(ref), path.parent)
+        except UsageError as exc:
+            raise FieldProblem(("target", "profile"), str(exc)) from None
+        return resolved
+
+    plan = load_yaml_model(path, Plan, transform=prepare)
+    return LoadedPlan(path, plan, found["target"], found["raw"], refs)

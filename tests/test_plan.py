@@ -1,0 +1,155 @@
+"""The plan file: a valid plan loads; each malformed one gives one clear line and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ferry import cli
+from ferry.plan import load_plan
+
+VALID = """\
+name: demo-migration
+source:
+  storage: ./data
+target:
+  profile: meta-compute
+  storage: meta://dest-store/datasets
+profiles:
+  meta:
+    type: s3
+    endpoint_url: http://127.0.0.1:9
+    credentials: {access_key_id_env: META_KEY, secret_access_key_env: META_SECRET}
+phases:
+  data_sync:
+    threads: 64
+    part_size: 16M
+    shards: [train/, val/]
+gates:
+  data_sync: {deep_verify: false}
+approve_before: [data_sync]
+schedule: "0 2 * * *"
+retries: {attempts: 2, delay_s: 5}
+"""
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["ferry", *args]
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.run()
+    finally:
+        sys.argv = old
+    captured = capsys.readouterr()
+    return exited.value.code, captured.out, captured.err
+
+
+def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID)
+    loaded = load_plan(path)
+    assert loaded.plan.enabled_phases() == ["data_sync"]
+    assert loaded.plan.phases.data_sync.part_size == 16 << 20
+    assert loaded.target.pod_annotations == {
+        "compute.meta.com/rdma-fabric": "high-throughput",
+        "compute.meta.com/interconnect": "roce-v2",
+    }
+    assert loaded.storage("source") == str(tmp_path / "data")
+    code, out, _ = run_cli(capsys, "plan", "validate", str(path))
+    assert code == 0 and "valid plan 'demo-migration'" in out
+
+
+def test_env_references_resolve_and_stay_masked(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("META_ENDPOINT", "http://10.1.2.3:9000")
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("http://127.0.0.1:9", "${META_ENDPOINT}"))
+    loaded = load_plan(path)
+    assert loaded.plan.profiles["meta"].endpoint_url == "http://10.1.2.3:9000"
+    code, out, _ = run_cli(capsys, "plan", "show", str(path), "--no-preflight")
+    assert code == 0
+    assert "${META_ENDPOINT}" in out and "10.1.2.3" not in out
+    assert "META_ENDPOINT: set" in out and "META_SECRET: NOT SET" in out
+
+
+def test_user_target_profile_by_path(tmp_path) -> None:
+    (tmp_path / "mine.yaml").write_text("name: mine\nbase_image: registry.local/pytorch:1\ngpu_resource: amd.com/gpu\n")
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("profile: meta-compute", "profile: ./mine.yaml"))
+    assert load_plan(path).target.gpu_resource == "amd.com/gpu"
+
+
+def swap(old: str, new: str) -> str:
+    assert old in VALID
+    return VALID.replace(old, new)
+
+
+MALFORMED = [
+    ("unknown top-level key", VALID + "colour: blue\n", ":22:", "colour: unknown field"),
+    (
+        "inline secret",
+        swap("credentials: {", "credentials: {secret_access_key: hunter2, "),
+        ":11:",
+        "secret_access_key",
+    ),
+    ("missing name", swap("name: demo-migration\n", ""), None, "name: Field required"),
+    ("bad name", swap("name: demo-migration", "name: Demo Migration!"), ":1:", "name: String should match"),
+    ("missing source", swap("source:\n  storage: ./data\n", ""), None, "source: Field required"),
+    ("empty storage", swap("storage: ./data", "storage: ''"), ":3:", "source.storage"),
+    (
+        "unknown target profile",
+        swap("profile: meta-compute", "profile: moon-base"),
+        ":5:",
+        "'moon-base' is not built in",
+    ),
+    (
+        "target profile file missing",
+        swap("profile: meta-compute", "profile: ./nope.yaml"),
+        ":5:",
+        "nope.yaml: cannot read",
+    ),
+    ("unknown connector type", swap("type: s3", "type: ftp"), ":9:", "profiles.meta.type"),
+    ("unavailable phase", swap("phases:\n", "phases:\n  iam: {}\n"), ":13:", "phase 'iam' is not available"),
+    ("unknown phase", swap("phases:\n", "phases:\n  teleport: {}\n"), ":13:", "phases.teleport: unknown field"),
+    (
+        "no phase",
+        swap("  data_sync:\n    threads: 64\n    part_size: 16M\n    shards: [train/, val/]\n", "  {}\n"),
+        None,
+        "no phase is enabled",
+    ),
+    ("threads zero", swap("threads: 64", "threads: 0"), ":14:", "phases.data_sync.threads"),
+    ("threads not a number", swap("threads: 64", "threads: many"), ":14:", "phases.data_sync.threads"),
+    ("bad size", swap("part_size: 16M", "part_size: huge"), ":15:", "'huge' is not a size"),
+    ("overlapping shards", swap("shards: [train/, val/]", "shards: [train/, train/a/]"), ":16:", "overlaps"),
+    ("unknown phase setting", swap("threads: 64", "threads: 64\n    turbo: true"), ":15:", "turbo: unknown field"),
+    (
+        "approval of a phase not enabled",
+        swap("approve_before: [data_sync]", "approve_before: [images]"),
+        None,
+        "approve_before names 'images'",
+    ),
+    ("bad cron", swap('schedule: "0 2 * * *"', 'schedule: "every night"'), ":20:", "five-field cron"),
+    ("negative retries", swap("attempts: 2", "attempts: -1"), ":21:", "retries.attempts"),
+    ("unknown gate setting", swap("deep_verify: false", "deep_verify: false, paranoid: true"), ":18:", "paranoid"),
+    ("gate for unknown phase", swap("gates:\n", "gates:\n  warp: {}\n"), ":18:", "gates.warp: unknown field"),
+    ("unset env reference", swap("http://127.0.0.1:9", "${FERRY_TEST_UNSET_VAR}"), ":10:", "FERRY_TEST_UNSET_VAR"),
+    ("not YAML", "name: [unclosed\n", None, "not valid YAML"),
+    ("not a mapping", "- a\n- b\n", ":1:", "expected a mapping"),
+    ("bad addressing style", swap("type: s3", "type: s3\n    addressing_style: sideways"), ":10:", "addressing_style"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "line", "needle"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_plan_is_one_line_and_exit_2(tmp_path, capsys, case, text, line, needle) -> None:
+    path = tmp_path / "migration.yaml"
+    path.write_text(text)
+    code, out, err = run_cli(capsys, "plan", "validate", str(path))
+    assert code == 2, (case, out, err)
+    lines = [entry for entry in err.splitlines() if entry.strip()]
+    assert len(lines) == 1, err
+    assert str(path) in lines[0]
+    if line:
+        assert f"{path}{line}" in lines[0], lines[0]
+    assert needle in lines[0], lines[0]
+    assert "hunter2" not in err and "Traceback" not in err
