@@ -23,6 +23,10 @@ class CheckResult:
     threshold: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        return cls(data["name"], Status(data["status"]), data["measured"], data["threshold"], data["evidence"])
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value

@@ -93,7 +93,7 @@ def check_data(
     """Compare target against source: objects, bytes, per-object size and checksum."""
     tally = DataTally()
     job = job_name(source, target)
-    records = ledger.objects(job)
+    records = ledger.objects(job, settings.prefix)
     rec = next(records, None)
     src_it = (i for i in listing(source, settings) if settings.selects(i.key))
     dst_it = (i for i in listing(target, settings) if settings.selects(i.key))

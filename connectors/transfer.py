@@ -9,6 +9,7 @@ overlap. Every object is verified before the ledger records it.
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import math
 import random
@@ -51,6 +52,8 @@ class TransferSettings:
     checksum: bool = False
     delete: bool = False
     dry_run: bool = False
+    # Only keys under this prefix (a shard of the key space); "" is everything.
+    prefix: str = ""
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     # Bytes per second through this machine; None is unlimited.
@@ -443,7 +446,7 @@ def listing(
     last, failures = "", 0
     while True:
         try:
-            for info in connector.list(start_after=last):
+            for info in connector.list(prefix=settings.prefix, start_after=last):
                 yield info
                 last, failures = info.key, 0
             return
@@ -508,8 +511,11 @@ class Transfer:
     def run(self) -> Stats:
         self.source.check()
         self.target.prepare_target(self.settings.dry_run)
+        # Each worker runs in a copy of this context: bound log fields (run, phase) and an
+        # orchestrator's run context reach the workers' log lines.
         workers = [
-            threading.Thread(target=self._worker, name=f"ferry-{i}", daemon=True) for i in range(self.settings.threads)
+            threading.Thread(target=contextvars.copy_context().run, args=(self._worker,), daemon=True)
+            for _ in range(self.settings.threads)
         ]
         for worker in workers:
             worker.start()
@@ -525,7 +531,8 @@ class Transfer:
     def _produce(self) -> None:
         counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
         target = listing(self.target, self.settings, self._note_retry)
-        for action in diff(counted, target, self.ledger.objects(self.job), self.settings):
+        records = self.ledger.objects(self.job, self.settings.prefix)
+        for action in diff(counted, target, records, self.settings):
             if self.on_action is not None:
                 self.on_action(action)
             if action.kind == SKIP:

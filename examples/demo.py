@@ -1,9 +1,14 @@
-"""`make demo`: generate a sample dataset, sync it to an embedded S3 target through a profile alias,
-verify it, sync again (nothing to copy), and show where the report is."""
+"""`make demo`: run examples/demo/migration.yaml on embedded defaults.
+
+Generates a sample dataset, starts an embedded S3 server (moto) for the `meta://` target,
+runs `ferry run` (Prefect's ephemeral API unless PREFECT_API_URL is set), then runs it again to
+show the resume (a committed phase with unchanged inputs is skipped).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +18,23 @@ import boto3
 from examples.gen_data import generate
 from tests.servers import start_moto
 
-WORK = Path(".ferry/demo")
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = ROOT / "examples" / "demo" / "migration.yaml"
+WORK = ROOT / ".ferry" / "demo"
 
 
 def main() -> int:
-    data = generate(WORK / "data")
+    generate(WORK / "data")
     server = start_moto()
     try:
-        env = {**os.environ, "FERRY_DEMO_KEY": "demo", "FERRY_DEMO_SECRET": "demo", "AWS_EC2_METADATA_DISABLED": "true"}
+        env = {
+            **os.environ,
+            "FERRY_DEMO_S3_ENDPOINT": server.endpoint,
+            "FERRY_DEMO_KEY": "demo",
+            "FERRY_DEMO_SECRET": "demo",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
         boto3.client(
             "s3",
             endpoint_url=server.endpoint,
@@ -28,41 +42,23 @@ def main() -> int:
             aws_access_key_id="demo",
             aws_secret_access_key="demo",
         ).create_bucket(Bucket="dest-store")
-        profiles = WORK / "profiles.yaml"
-        profiles.write_text(
-            "# meta:// is an S3-compatible store; credentials are named, never inline.\n"
-            "profiles:\n"
-            "  meta:\n"
-            "    type: s3\n"
-            f"    endpoint_url: {server.endpoint}\n"
-            "    region: eu-frankfurt-1\n"
-            "    credentials:\n"
-            "      access_key_id_env: FERRY_DEMO_KEY\n"
-            "      secret_access_key_env: FERRY_DEMO_SECRET\n",
-            encoding="utf-8",
-        )
-        state = WORK / f"state-{server.port}"
-        command = [
-            sys.executable,
-            "-m",
-            "ferry.cli",
-            "sync",
-            str(data),
-            "meta://dest-store/datasets",
-            "--profiles",
-            str(profiles),
-            "--state-dir",
-            str(state),
-            "--report",
-            str(WORK / "report.json"),
-        ]
-        print(f"$ ferry sync {data} meta://dest-store/datasets --profiles {profiles}", flush=True)
-        first = subprocess.run(command, env=env, check=False)
+        ferry = [sys.executable, "-m", "ferry.cli"]
+        # A fresh embedded S3 server holds nothing: start the plan's record afresh too.
+        for stale in ("state", "runs"):
+            shutil.rmtree(WORK / stale, ignore_errors=True)
+        print(f"$ ferry run {PLAN.relative_to(ROOT)}", flush=True)
+        first = subprocess.run([*ferry, "run", str(PLAN)], env=env, check=False)
         if first.returncode != 0:
             return first.returncode
-        print("\n$ ferry sync (again: everything is already there)", flush=True)
-        second = subprocess.run(command, env=env, check=False)
-        print(f"\nreport: {WORK / 'report.json'}; ledger: {state / 'ledger.sqlite'}")
+        print(
+            f"\n$ ferry run {PLAN.relative_to(ROOT)}   # again: committed with the same inputs, so skipped", flush=True
+        )
+        second = subprocess.run([*ferry, "run", str(PLAN)], env=env, check=False)
+        if not os.environ.get("PREFECT_API_URL"):
+            print(
+                "\nThe runs used Prefect's ephemeral API. To watch them in the UI: `ferry ui`, then export the "
+                "PREFECT_API_URL it prints and run `make demo` again."
+            )
         return second.returncode
     finally:
         server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -109,6 +110,163 @@ def plan_show(
         out.print(table)
         if any(result.status == Status.FAIL for result in results):
             raise typer.Exit(1)
+
+
+def _prefect_env() -> None:
+    """Settings Prefect reads at import: ferry's log lines reach the run logs; no analytics (no network)."""
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+@app.command("run")
+def run_plan(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    only: Annotated[list[str] | None, typer.Option(help="Run only this phase (repeatable)")] = None,
+    force: Annotated[list[str] | None, typer.Option(help="Rerun this phase even if committed (repeatable)")] = None,
+    approval_timeout: Annotated[int, typer.Option(min=1, help="Seconds an approval may wait")] = 3600,
+    log_format: Annotated[str, typer.Option(help="console or json")] = "console",
+) -> None:
+    """Run the plan's phases in order, a gate after each; resume where the last run stopped."""
+    logs.configure(log_format)
+    loaded = load_plan(plan)  # a bad plan stops here: one line, exit 2, nothing runs
+    _prefect_env()
+    from flows.pipeline import migrate, new_run_id
+
+    run_id = new_run_id(str(plan))
+    try:
+        outcome = migrate(
+            plan_path=str(plan.resolve()), only=only, force=force, run_id=run_id, approval_timeout_s=approval_timeout
+        )
+    except FerryError as exc:
+        _print_gates(loaded.state_dir / "runs" / run_id)
+        _print_status(loaded)
+        raise FerryError(f"run {run_id}: {exc}") from None
+    phases = ", ".join(f"{k} {v}" for k, v in outcome["phases"].items()) or "nothing to run"
+    out.print(f"run {outcome['run_id']}: {phases}", markup=False, highlight=False)
+    _print_gates(Path(outcome["audit"]))
+    _print_status(loaded)
+
+
+def _print_gates(audit_root: Path) -> None:
+    """Every gate result of a run, from its audit folder."""
+    table = Table(title="gates", show_header=True)
+    for column in ("phase", "check", "status", "measured"):
+        table.add_column(column)
+    for path in sorted(audit_root.glob("*/gate.json")):
+        for result in json.loads(path.read_text(encoding="utf-8")):
+            measured = ", ".join(f"{k}={v}" for k, v in result["measured"].items() if v)
+            table.add_row(path.parent.name, result["name"], result["status"], measured)
+    out.print(table)
+    out.print(f"audit folder: {audit_root}", markup=False, highlight=False)
+
+
+@app.command()
+def status(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
+    """Phases, their gates and last runs, and where the audit folders are."""
+    _print_status(load_plan(plan))
+
+
+def _print_status(loaded) -> None:
+    from ferry.ledger import Ledger
+
+    ledger = Ledger(loaded.state_dir / "state")
+    try:
+        recorded = {p.phase: p for p in ledger.phases(loaded.plan.name)}
+        runs = ledger.runs(loaded.plan.name, limit=5)
+    finally:
+        ledger.close()
+    table = Table(title=f"plan {loaded.plan.name}", show_header=True)
+    for column in ("phase", "status", "gate", "inputs", "run", "detail"):
+        table.add_column(column)
+    for phase in loaded.plan.enabled_phases():
+        rec = recorded.get(phase)
+        if rec is None:
+            table.add_row(phase, "not run", "", "", "", "")
+            continue
+        inputs = "unchanged" if rec.input_hash == loaded.input_hash(phase) else "changed since"
+        gate = rec.detail if rec.status == "committed" else ""
+        detail = "" if rec.status == "committed" else rec.detail
+        table.add_row(phase, rec.status, gate, inputs, rec.run_id, detail)
+    out.print(table)
+    for run_record in runs:
+        out.print(
+            f"run {run_record.run_id}: {run_record.status}; audit folder {run_record.audit_dir}",
+            markup=False,
+            highlight=False,
+        )
+    if os.environ.get("PREFECT_API_URL"):
+        out.print(f"Prefect UI: {os.environ['PREFECT_API_URL'].removesuffix('/api')}", markup=False, highlight=False)
+
+
+@app.command()
+def approve(run_id: Annotated[str, typer.Argument(help="The run waiting for approval")]) -> None:
+    """Resume a run paused for approval (needs PREFECT_API_URL, as the UI does)."""
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError("approve needs the Prefect server the run reports to: set PREFECT_API_URL")
+    _prefect_env()
+    from flows.approvals import approve_run
+
+    approve_run(run_id)
+    out.print(f"approved: run {run_id} resumes", markup=False, highlight=False)
+
+
+@app.command()
+def rollback(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    phase: Annotated[str, typer.Option(help="The phase to undo")],
+) -> None:
+    """Undo the last committed run of one phase; other phases stay as they are."""
+    from ferry.ledger import Ledger
+    from ferry.sync import delete_created
+
+    loaded = load_plan(plan)
+    if phase not in loaded.plan.enabled_phases():
+        raise UsageError(f"--phase: {phase!r} is not a phase of {plan} ({', '.join(loaded.plan.enabled_phases())})")
+    ledger = Ledger(loaded.state_dir / "state")
+    try:
+        rec = ledger.phase(loaded.plan.name, phase)
+        if rec is None or rec.status != "committed":
+            raise UsageError(f"{phase} has no committed run to roll back (status: {rec.status if rec else 'not run'})")
+        run_record = ledger.run(rec.run_id)
+        journals = sorted(Path(run_record.audit_dir, phase).glob("created-*.jsonl")) if run_record else []
+        target = loaded.storage("target")
+        reports = [delete_created(target, loaded.plan.profiles, journal) for journal in journals]
+        deleted = sum(report["deleted_created_objects"] for report in reports)
+        ledger.set_phase(loaded.plan.name, phase, rec.input_hash, "rolled_back", rec.run_id, "rolled back by hand")
+    finally:
+        ledger.close()
+    out.print(
+        f"rolled back {phase} of run {rec.run_id}: deleted {deleted} object(s) it had created "
+        "(objects it overwrote cannot be restored without bucket versioning)",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
+def serve(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
+    """Serve the plan as a Prefect deployment on its cron schedule (needs PREFECT_API_URL); Ctrl-C stops."""
+    loaded = load_plan(plan)
+    if not loaded.plan.schedule:
+        raise UsageError(f"{plan}: schedule: the plan has no cron schedule to serve")
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError("serve needs a Prefect server to schedule runs on: run `ferry ui` and set PREFECT_API_URL")
+    _prefect_env()
+    from flows.pipeline import migrate
+
+    out.print(f"serving deployment migrate/{loaded.plan.name} on '{loaded.plan.schedule}'", markup=False)
+    migrate.serve(name=loaded.plan.name, cron=loaded.plan.schedule, parameters={"plan_path": str(plan.resolve())})
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one)")] = 4200,
+) -> None:
+    """Start a local Prefect server on 127.0.0.1 and print its URL; Ctrl-C stops it."""
+    _prefect_env()
+    from flows.server import serve_ui
+
+    serve_ui(port, out)
 
 
 def describe_phase(loaded, phase: str) -> str:

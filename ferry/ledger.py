@@ -33,6 +33,16 @@ CREATE TABLE IF NOT EXISTS parts (
     size INTEGER NOT NULL, etag TEXT NOT NULL, crc32c INTEGER,
     PRIMARY KEY (job, key, upload_id, number)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS phases (
+    plan TEXT NOT NULL, phase TEXT NOT NULL, input_hash TEXT NOT NULL, status TEXT NOT NULL,
+    run_id TEXT NOT NULL, updated REAL NOT NULL, detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (plan, phase)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, plan TEXT NOT NULL, status TEXT NOT NULL, started REAL NOT NULL,
+    updated REAL NOT NULL, audit_dir TEXT NOT NULL, flow_run_id TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
 """
 _BATCH_ROWS = 512
 _BATCH_SECONDS = 0.5
@@ -47,6 +57,31 @@ class ObjectRecord:
     src_sig: str
     dst_sig: str
     checksum: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRecord:
+    """A phase's last outcome for a plan: committed, failed, rolled_back or running."""
+
+    plan: str
+    phase: str
+    input_hash: str
+    status: str
+    run_id: str
+    updated: float
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    plan: str
+    status: str
+    started: float
+    updated: float
+    audit_dir: str
+    flow_run_id: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +197,48 @@ class Ledger:
             self._conn.execute("BEGIN")
             self._conn.execute("DELETE FROM parts WHERE job = ? AND key = ?", (job, key))
             self._conn.execute("DELETE FROM uploads WHERE job = ? AND key = ?", (job, key))
+
+    # -- pipeline phases and runs ---------------------------------------------------------------
+    def phase(self, plan: str, phase: str) -> PhaseRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM phases WHERE plan = ? AND phase = ?", (plan, phase)).fetchone()
+        return PhaseRecord(*row) if row else None
+
+    def phases(self, plan: str) -> list[PhaseRecord]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM phases WHERE plan = ?", (plan,)).fetchall()
+        return [PhaseRecord(*row) for row in rows]
+
+    def set_phase(self, plan: str, phase: str, input_hash: str, status: str, run_id: str, detail: str = "") -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (plan, phase, input_hash, status, run_id, time.time(), detail),
+            )
+
+    def start_run(self, run_id: str, plan: str, audit_dir: str, flow_run_id: str = "") -> None:
+        now = time.time()
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, plan, "running", now, now, audit_dir, flow_run_id, ""),
+            )
+
+    def end_run(self, run_id: str, status: str, detail: str = "") -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE runs SET status = ?, updated = ?, detail = ? WHERE run_id = ?",
+                (status, time.time(), detail, run_id),
+            )
+
+    def runs(self, plan: str, limit: int = 10) -> list[RunRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM runs WHERE plan = ? ORDER BY started DESC LIMIT ?", (plan, limit)
+            ).fetchall()
+        return [RunRecord(*row) for row in rows]
+
+    def run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return RunRecord(*row) if row else None

@@ -8,6 +8,8 @@ version of ferry cannot run: no placeholder phase ever reports PASS.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -224,6 +226,20 @@ class LoadedPlan:
     def state_dir(self) -> Path:
         state = Path(self.plan.state_dir)
         return state if state.is_absolute() else self.path.parent / state
+
+    def input_hash(self, phase: str) -> str:
+        """What a phase's outcome depends on: its settings, its gate, both ends and their profiles."""
+        plan = self.plan
+        inputs = {
+            "phase": phase,
+            "settings": getattr(plan.phases, phase).model_dump(mode="json"),
+            "gate": getattr(plan.gates, phase).model_dump(mode="json"),
+            "source": self.storage("source"),
+            "target": self.storage("target"),
+            "profiles": {k: v.model_dump(mode="json") for k, v in plan.profiles.items()},
+            "strict": plan.strict,
+        }
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
     def masked(self) -> str:
         """The plan as written, ${NAME} references kept as references: nothing resolved is shown."""

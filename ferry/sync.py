@@ -17,6 +17,7 @@ from checks.data import NAME, DataTally, check_data
 from connectors.base import Connector
 from connectors.registry import open_connector
 from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort_incomplete
+from ferry.errors import FerryError
 from ferry.ledger import Ledger
 from ferry.profiles import Profile
 
@@ -113,3 +114,32 @@ def abort_uploads(target_url: str, profiles: Mapping[str, Profile]) -> list[tupl
         return abort_incomplete(target)
     finally:
         target.close()
+
+
+def delete_created(target_url: str, profiles: Mapping[str, Profile], journal: Path) -> dict[str, Any]:
+    """Undo a sync: delete the keys its journal says it created; write what was done beside the journal.
+
+    Objects that existed before and were overwritten cannot be restored without bucket
+    versioning; the report says so rather than pretending.
+    """
+    target = open_connector(target_url, profiles)
+    deleted, errors = 0, []
+    try:
+        if journal.exists():
+            with journal.open(encoding="utf-8") as lines:
+                for line in lines:
+                    try:
+                        target.delete(json.loads(line))
+                        deleted += 1
+                    except FerryError as exc:
+                        errors.append(str(exc))
+    finally:
+        target.close()
+    report = {
+        "deleted_created_objects": deleted,
+        "errors": len(errors),
+        "first_errors": errors[:20],
+        "note": "objects that existed before and were overwritten cannot be restored without bucket versioning",
+    }
+    journal.with_name(journal.stem + ".rollback.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report

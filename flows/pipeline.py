@@ -1,0 +1,153 @@
+"""The migration pipeline: the plan's phases in order, each a subflow in its own transaction, a gate after each.
+
+A failed gate or an error rolls back that phase only (its tasks' on_rollback hooks run);
+earlier committed phases stay as they are. The ledger records each phase's input hash and
+outcome, so running the plan again skips phases committed with the same inputs and resumes
+the first one that did not commit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from prefect import flow, pause_flow_run, runtime
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.transactions import transaction
+
+from checks.base import CheckResult, Status
+from ferry.audit import AuditFolder
+from ferry.errors import GateFailed, UsageError
+from ferry.ledger import Ledger
+from ferry.plan import LoadedPlan, load_plan
+from flows import data_sync
+
+log = structlog.get_logger("ferry.flows.pipeline")
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase the pipeline can run; one exists here only once it really works."""
+
+    flow: Callable[[str, str], list[dict]]  # (plan path, audit root) -> gate results
+    describe: Callable[[LoadedPlan], tuple[str, dict]]  # what it would change, for approvals
+    # Undo what the phase's Prefect rollback hooks cannot reach (tasks that never completed).
+    undo_unfinished: Callable[[LoadedPlan, Path], int]
+
+
+PHASES = {"data_sync": Phase(data_sync.data_sync_flow, data_sync.describe, data_sync.undo_unfinished)}
+
+
+def gate_status(results: list[CheckResult], strict: bool) -> Status:
+    """FAIL if a check failed (or, strict, warned); else WARN if one warned; else PASS."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
+        return Status.FAIL
+    return Status.WARN if Status.WARN in statuses else Status.PASS
+
+
+def new_run_id(plan_path: str) -> str:
+    return f"{Path(plan_path).stem}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}"[:-3]
+
+
+def _run_name() -> str:
+    return runtime.flow_run.parameters.get("run_id") or new_run_id(runtime.flow_run.parameters["plan_path"])
+
+
+def _approve(loaded: LoadedPlan, phase: str, run_id: str, timeout_s: int) -> None:
+    """Pause the run until someone approves the phase (Prefect UI or `ferry approve`), or fail on timeout."""
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError(
+            f"{phase} needs an approval, which needs a Prefect server: run `ferry ui` and set PREFECT_API_URL"
+        )
+    text, totals = PHASES[phase].describe(loaded)
+    create_markdown_artifact(
+        f"# Approval needed: {phase}\n\n{text}\n\nResume this run in the Prefect UI or run `ferry approve {run_id}`.",
+        key=f"approval-{phase.replace('_', '-')}",
+        description=f"what {phase} will change",
+    )
+    log.warning("waiting for approval", phase=phase, changes=totals, timeout_s=timeout_s)
+    pause_flow_run(timeout=timeout_s, poll_interval=2)
+    log.info("approved", phase=phase)
+
+
+@flow(name="migrate", flow_run_name=_run_name, log_prints=True)
+def migrate(
+    plan_path: str,
+    only: list[str] | None = None,
+    force: list[str] | None = None,
+    run_id: str | None = None,
+    approval_timeout_s: int = 3600,
+) -> dict:
+    """Run the plan's phases in order with a gate after each; return each phase's outcome."""
+    loaded = load_plan(Path(plan_path))
+    plan = loaded.plan
+    run_id = runtime.flow_run.name or run_id or new_run_id(plan_path)
+    for name in [*(only or []), *(force or [])]:
+        if name not in plan.enabled_phases():
+            raise UsageError(f"{name!r} is not a phase of this plan ({', '.join(plan.enabled_phases())})")
+    ledger = Ledger(loaded.state_dir / "state")
+    audit = AuditFolder(loaded.state_dir / "runs" / run_id)
+    audit.write_text("plan", "plan.yaml", loaded.masked())
+    ledger.start_run(run_id, plan.name, str(audit.root), str(runtime.flow_run.id or ""))
+    structlog.contextvars.bind_contextvars(run_id=run_id)
+    outcomes: dict[str, str] = {}
+    try:
+        for phase in plan.enabled_phases():
+            if only and phase not in only:
+                continue
+            structlog.contextvars.bind_contextvars(phase=phase)
+            digest = loaded.input_hash(phase)
+            last = ledger.phase(plan.name, phase)
+            if last and last.status == "committed" and last.input_hash == digest and phase not in (force or []):
+                log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
+                outcomes[phase] = "skipped"
+                continue
+            if phase in plan.approve_before:
+                _approve(loaded, phase, run_id, approval_timeout_s)
+            ledger.set_phase(plan.name, phase, digest, "running", run_id)
+            try:
+                outcomes[phase] = _run_phase(loaded, phase, audit)
+            except Exception as exc:
+                ledger.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
+                raise
+            ledger.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
+        ledger.end_run(run_id, "completed")
+    except BaseException as exc:
+        ledger.end_run(run_id, "failed", str(exc))
+        raise
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "phase")
+        ledger.close()
+    return {"run_id": run_id, "audit": str(audit.root), "phases": outcomes}
+
+
+def _run_phase(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
+    """One phase in its transaction: a FAIL gate raises inside it, so the phase's tasks roll back."""
+    try:
+        return _transaction(loaded, phase, audit)
+    except BaseException:
+        PHASES[phase].undo_unfinished(loaded, audit.root)
+        raise
+
+
+def _transaction(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
+    with transaction(key=f"{audit.root.name}-{phase}"):
+        raw = PHASES[phase].flow(str(loaded.path), str(audit.root))
+        results = [CheckResult.from_dict(r) for r in raw]
+        markdown = audit.write_gate(phase, results)
+        create_markdown_artifact(markdown, key=f"gate-{phase.replace('_', '-')}", description=f"{phase} gate report")
+        create_table_artifact(
+            [{"check": r.name, "status": r.status.value, "evidence": "; ".join(r.evidence[:3])} for r in results],
+            key=f"gate-table-{phase.replace('_', '-')}",
+            description=f"{phase} gate results",
+        )
+        status = gate_status(results, loaded.plan.strict)
+        log.info("gate", status=status.value, checks=len(results))
+        if status == Status.FAIL:
+            failing = [r.name for r in results if r.status in (Status.FAIL, Status.WARN)]
+            raise GateFailed(f"{phase}: gate failed: {', '.join(failing)} (report: {audit.path(phase, 'gate.md')})")
+    return status.value

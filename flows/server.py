@@ -1,0 +1,67 @@
+"""`ferry ui`: a local Prefect server on 127.0.0.1, for the UI and for approvals."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from rich.console import Console
+
+from ferry.errors import FerryError
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int, timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start `prefect server start` on 127.0.0.1:port; return the process and its API URL once healthy."""
+    port = port or free_port()
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "true",
+        # The UI asks this URL for its data; by default it would try port 4200.
+        "PREFECT_UI_API_URL": api,
+    }
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FerryError(f"prefect server exited with {proc.returncode} before it was healthy (port {port} taken?)")
+        try:
+            with urllib.request.urlopen(f"{api}/health", timeout=1) as response:
+                if response.status == 200:
+                    return proc, api
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise FerryError(f"prefect server did not become healthy on port {port} within {timeout_s:.0f}s")
+
+
+def serve_ui(port: int, console: Console) -> None:
+    """Run the server in the foreground until Ctrl-C."""
+    proc, api = start_server(port)
+    console.print(f"Prefect UI: {api.removesuffix('/api')}", markup=False, highlight=False)
+    console.print(f"for runs to appear there: export PREFECT_API_URL={api}", markup=False, highlight=False)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=30)

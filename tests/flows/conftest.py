@@ -1,0 +1,36 @@
+"""One real Prefect server for the pipeline tests, started once on a free port, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
+# Everything here talks to the session's server; a silent fall-back to an ephemeral one is a bug.
+os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.server import start_server
+
+    proc, api = start_server(0)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            os.environ["PREFECT_API_URL"] = api
+            yield api
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all()  # send the last run logs while the server still listens
+    finally:
+        # Nothing may send logs to the API any more: not to this server, nor to a temporary one.
+        os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
+        os.environ.pop("PREFECT_API_URL", None)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

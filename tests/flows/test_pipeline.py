@@ -1,0 +1,143 @@
+"""The migration pipeline against a real Prefect server: gates, rollback, resume, approvals, artifacts."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+PLAN = """\
+name: {name}
+source:
+  storage: ./src
+target:
+  profile: meta-compute
+  storage: ./dst
+phases:
+  data_sync:
+    threads: 8
+    shards: [a/, b/]
+gates:
+  data_sync: {{allow_extra: {allow_extra}}}
+retries: {{attempts: 1, delay_s: 0}}
+{extra}
+"""
+
+
+def write_plan(root: Path, name: str, allow_extra: bool = True, extra: str = "") -> Path:
+    for key, data in {"a/one.bin": b"1" * 1000, "a/two.bin": b"22", "b/three.bin": b"333" * 100}.items():
+        path = root / "src" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    plan = root / "migration.yaml"
+    plan.write_text(PLAN.format(name=name, allow_extra=str(allow_extra).lower(), extra=extra))
+    return plan
+
+
+def artifacts(flow_run_name: str) -> dict[str, str]:
+    """key -> type of the artifacts of the run named flow_run_name and of its subflow runs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterName,
+        FlowRunFilterParentFlowRunId,
+    )
+
+    with get_client(sync_client=True) as client:
+        (parent,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])))
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]))
+        )
+        ids = [parent.id, *(child.id for child in children)]
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
+    return {a.key or a.type: a.type for a in found}
+
+
+def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, tmp_path) -> None:
+    from ferry.ledger import Ledger
+    from flows.pipeline import migrate, new_run_id
+
+    plan = write_plan(tmp_path, "commit-then-skip")
+    run_id = new_run_id(str(plan))
+    outcome = migrate(plan_path=str(plan), run_id=run_id)
+    assert outcome["phases"] == {"data_sync": "PASS"}
+    assert (tmp_path / "dst" / "b" / "three.bin").read_bytes() == b"333" * 100
+    audit = Path(outcome["audit"])
+    assert audit == tmp_path / ".ferry" / "runs" / run_id
+    assert "name: commit-then-skip" in (audit / "plan" / "plan.yaml").read_text()
+    assert "| data.target_matches_source[a/] | **PASS** |" in (audit / "data_sync" / "gate.md").read_text()
+    found = artifacts(run_id)
+    assert found.get("gate-data-sync") == "markdown" and found.get("gate-table-data-sync") == "table"
+    assert found.get("data-sync-a") == "progress"
+
+    again = migrate(plan_path=str(plan))
+    assert again["phases"] == {"data_sync": "skipped"}
+    forced = migrate(plan_path=str(plan), force=["data_sync"])
+    assert forced["phases"] == {"data_sync": "PASS"}
+    ledger = Ledger(tmp_path / ".ferry" / "state")
+    assert [r.status for r in ledger.runs("commit-then-skip")] == ["completed"] * 3
+    ledger.close()
+
+
+def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api, tmp_path) -> None:
+    from ferry.errors import GateFailed
+    from ferry.ledger import Ledger
+    from flows.pipeline import migrate
+
+    plan = write_plan(tmp_path, "gate-fails", allow_extra=False)
+    stray = tmp_path / "dst" / "a" / "stray.bin"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"not in the source")
+    with pytest.raises(GateFailed, match="gate failed"):
+        migrate(plan_path=str(plan))
+    # The rollback hooks deleted what the phase created; what was there before stays.
+    assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["stray.bin"]
+    ledger = Ledger(tmp_path / ".ferry" / "state")
+    phase = ledger.phase("gate-fails", "data_sync")
+    assert phase.status == "rolled_back" and "gate failed" in phase.detail
+    ledger.close()
+
+    stray.unlink()  # the cause, fixed
+    outcome = migrate(plan_path=str(plan))
+    assert outcome["phases"] == {"data_sync": "PASS"}
+
+
+def test_approval_pauses_and_resumes_through_the_api(prefect_api, tmp_path) -> None:
+    from ferry.errors import UsageError
+    from flows.approvals import approve_run
+    from flows.pipeline import migrate, new_run_id
+
+    plan = write_plan(tmp_path, "needs-approval", extra="approve_before: [data_sync]")
+    run_id = new_run_id(str(plan))
+    outcome: dict = {}
+    # The run's thread carries this context: the test server's settings live in it.
+    context = contextvars.copy_context()
+    worker = threading.Thread(
+        target=context.run, args=(lambda: outcome.update(migrate(plan_path=str(plan), run_id=run_id)),)
+    )
+    worker.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            approve_run(run_id)
+            break
+        except UsageError:  # not paused yet
+            assert not (tmp_path / "dst").exists(), "the phase ran before it was approved"
+            time.sleep(0.5)
+    worker.join(timeout=120)
+    assert outcome.get("phases") == {"data_sync": "PASS"}
+    assert artifacts(run_id).get("approval-data-sync") == "markdown"
+
+
+def test_timed_out_approval_changes_nothing(prefect_api, tmp_path) -> None:
+    from flows.pipeline import migrate
+
+    plan = write_plan(tmp_path, "approval-times-out", extra="approve_before: [data_sync]")
+    with pytest.raises(Exception, match="(?i)pause|timed out|never resumed"):
+        migrate(plan_path=str(plan), approval_timeout_s=3)
+    assert not (tmp_path / "dst").exists()
