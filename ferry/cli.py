@@ -127,7 +127,7 @@ def run_plan(
     log_format: Annotated[str, typer.Option(help="console or json")] = "console",
 ) -> None:
     """Run the plan's phases in order, a gate after each; resume where the last run stopped."""
-    logs.configure(log_format)
+    logs.configure(log_format, to_stderr=False)
     loaded = load_plan(plan)  # a bad plan stops here: one line, exit 2, nothing runs
     _prefect_env()
     from flows.pipeline import migrate, new_run_id
@@ -152,11 +152,15 @@ def _print_gates(audit_root: Path) -> None:
     table = Table(title="gates", show_header=True)
     for column in ("phase", "check", "status", "measured"):
         table.add_column(column)
-    for path in sorted(audit_root.glob("*/gate.json")):
+    gates = sorted(audit_root.glob("*/gate.json"))
+    for path in gates:
         for result in json.loads(path.read_text(encoding="utf-8")):
             measured = ", ".join(f"{k}={v}" for k, v in result["measured"].items() if v)
             table.add_row(path.parent.name, result["name"], result["status"], measured)
-    out.print(table)
+    if gates:
+        out.print(table)
+    else:
+        out.print("no gate ran in this run (no phase ran)", markup=False, highlight=False)
     out.print(f"audit folder: {audit_root}", markup=False, highlight=False)
 
 

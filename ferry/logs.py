@@ -14,8 +14,12 @@ import structlog
 _HANDLER_NAME = "ferry-stderr"
 
 
-def configure(log_format: str = "console", level: str = "info") -> None:
-    """Render structlog events as console lines or JSON at level and above, to stderr via logging."""
+def configure(log_format: str = "console", level: str = "info", *, to_stderr: bool = True) -> None:
+    """Render structlog events as console lines or JSON at level and above, via logging.
+
+    to_stderr=False leaves the printing to an orchestrator's handlers (Prefect prints and
+    ships the "ferry" logger's lines itself).
+    """
     renderer = (
         structlog.processors.JSONRenderer()
         if log_format == "json"
@@ -35,7 +39,7 @@ def configure(log_format: str = "console", level: str = "info") -> None:
     )
     logger = logging.getLogger("ferry")
     logger.setLevel(numeric)
-    if not any(h.get_name() == _HANDLER_NAME for h in logger.handlers):
+    if to_stderr and not any(h.get_name() == _HANDLER_NAME for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.set_name(_HANDLER_NAME)
         handler.setFormatter(logging.Formatter("%(message)s"))

@@ -220,12 +220,12 @@ class LoadedPlan:
         url = getattr(self.plan, role).storage
         if "://" in url or Path(url).is_absolute():
             return url
-        return str(self.path.parent / url)
+        return str((self.path.parent / url).resolve())
 
     @property
     def state_dir(self) -> Path:
         state = Path(self.plan.state_dir)
-        return state if state.is_absolute() else self.path.parent / state
+        return state if state.is_absolute() else (self.path.parent / state).resolve()
 
     def input_hash(self, phase: str) -> str:
         """What a phase's outcome depends on: its settings, its gate, both ends and their profiles."""
