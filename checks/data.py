@@ -14,7 +14,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from checks.base import CheckResult, Status
 from connectors.base import Connector, ObjectInfo
-from connectors.transfer import COMPARE, COPY, SKIP, Action, TransferSettings, hash_object, job_name, listing, retrying
+from connectors.transfer import (
+    COMPARE,
+    COPY,
+    SKIP,
+    Action,
+    TransferSettings,
+    hash_object,
+    job_name,
+    listing,
+    merge_join,
+    retrying,
+)
 from ferry.ledger import Ledger, ObjectRecord
 
 NAME = "data.target_matches_source"
@@ -93,24 +104,13 @@ def check_data(
     """Compare target against source: objects, bytes, per-object size and checksum."""
     tally = DataTally()
     job = job_name(source, target)
-    records = ledger.objects(job, settings.prefix)
-    rec = next(records, None)
-    src_it = (i for i in listing(source, settings) if settings.selects(i.key))
-    dst_it = (i for i in listing(target, settings) if settings.selects(i.key))
-    s, d = next(src_it, None), next(dst_it, None)
+    joined = merge_join(
+        listing(source, settings), listing(target, settings), ledger.objects(job, settings.prefix), settings
+    )
     pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=min(32, settings.threads)) as pool:
-        while s is not None or d is not None:
-            key = min(x.key for x in (s, d) if x is not None)
-            while rec is not None and rec.key < key:
-                rec = next(records, None)
-            cur_s = s if s is not None and s.key == key else None
-            cur_d = d if d is not None and d.key == key else None
+        for key, cur_s, cur_d, record in joined:
             tally.listed(cur_s, cur_d)
-            if cur_s is not None:
-                s = next(src_it, None)
-            if cur_d is not None:
-                d = next(dst_it, None)
             if cur_s is None:
                 tally.counts["extra_in_target"] += 1
             elif cur_d is None:
@@ -118,7 +118,6 @@ def check_data(
             elif cur_s.size != cur_d.size:
                 tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
             else:
-                record = rec if rec is not None and rec.key == key else None
                 pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
                 while len(pending) >= _WINDOW:
                     _settle(pending.popleft(), tally)

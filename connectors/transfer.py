@@ -109,13 +109,19 @@ def _ordered(items: Iterator, what: str) -> Iterator:
         yield item
 
 
-def diff(
+Joined = tuple[str, ObjectInfo | None, ObjectInfo | None, ObjectRecord | None]
+
+
+def merge_join(
     source: Iterator[ObjectInfo],
     target: Iterator[ObjectInfo],
     records: Iterator[ObjectRecord],
     settings: TransferSettings,
-) -> Iterator[Action]:
-    """Merge-join the two listings and the ledger, all in key order, into actions."""
+) -> Iterator[Joined]:
+    """(key, source, target, ledger record) for every selected key either side holds, in key order.
+
+    All three inputs are streams in key order; nothing is held but the current item of each.
+    """
     src_it = (i for i in _ordered(source, "source") if settings.selects(i.key))
     dst_it = (i for i in _ordered(target, "target") if settings.selects(i.key))
     rec_it = iter(records)
@@ -126,12 +132,22 @@ def diff(
             r = next(rec_it, None)
         cur_s = s if s is not None and s.key == key else None
         cur_d = d if d is not None and d.key == key else None
-        cur_r = r if r is not None and r.key == key else None
-        yield decide(key, cur_s, cur_d, cur_r, settings)
+        yield key, cur_s, cur_d, (r if r is not None and r.key == key else None)
         if cur_s is not None:
             s = next(src_it, None)
         if cur_d is not None:
             d = next(dst_it, None)
+
+
+def diff(
+    source: Iterator[ObjectInfo],
+    target: Iterator[ObjectInfo],
+    records: Iterator[ObjectRecord],
+    settings: TransferSettings,
+) -> Iterator[Action]:
+    """Merge-join the two listings and the ledger into actions."""
+    for key, s, d, r in merge_join(source, target, records, settings):
+        yield decide(key, s, d, r, settings)
 
 
 def decide(

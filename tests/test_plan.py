@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from ferry import cli
 from ferry.plan import load_plan
+from tests.cli_runner import run_cli
 
 VALID = """\
 name: demo-migration
@@ -32,18 +30,6 @@ approve_before: [data_sync]
 schedule: "0 2 * * *"
 retries: {attempts: 2, delay_s: 5}
 """
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["ferry", *args]
-    try:
-        with pytest.raises(SystemExit) as exited:
-            cli.run()
-    finally:
-        sys.argv = old
-    captured = capsys.readouterr()
-    return exited.value.code, captured.out, captured.err
 
 
 def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:

@@ -1,0 +1,50 @@
+"""`ferry run`, `ferry status` and `ferry rollback` as a user types them, against the real Prefect server."""
+
+from __future__ import annotations
+
+from tests.cli_runner import run_cli
+from tests.flows.test_pipeline import write_plan
+
+
+def files(root) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def test_run_status_rollback(prefect_api, tmp_path, capsys) -> None:
+    plan = write_plan(tmp_path, "cli-flow")
+    code, out, err = run_cli(capsys, "run", str(plan))
+    assert code == 0, err
+    assert "data_sync PASS" in out and "audit folder" in out
+    assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
+
+    code, out, _ = run_cli(capsys, "status", str(plan))
+    assert code == 0 and "committed" in out and "unchanged" in out
+
+    code, out, err = run_cli(capsys, "rollback", str(plan), "--phase", "data_sync")
+    assert code == 0, err
+    assert "deleted 3 object(s)" in out
+    assert files(tmp_path / "dst") == []
+    code, out, _ = run_cli(capsys, "status", str(plan))
+    assert "rolled_back" in out
+
+    code, _, err = run_cli(capsys, "rollback", str(plan), "--phase", "data_sync")
+    assert code == 2 and "no committed run to roll back" in err
+
+
+def test_failed_gate_exits_1_and_status_shows_it(prefect_api, tmp_path, capsys) -> None:
+    plan = write_plan(tmp_path, "cli-gate-fails", allow_extra=False)
+    (tmp_path / "dst" / "b").mkdir(parents=True)
+    (tmp_path / "dst" / "b" / "stray.bin").write_bytes(b"x")
+    code, out, err = run_cli(capsys, "run", str(plan))
+    assert code == 1
+    assert "gate failed" in err and "FAIL" in out
+    code, out, _ = run_cli(capsys, "status", str(plan))
+    assert "rolled_back" in out
+
+
+def test_bad_plan_runs_nothing(tmp_path, capsys) -> None:
+    plan = tmp_path / "migration.yaml"
+    plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {images: {}}\n")
+    code, _, err = run_cli(capsys, "run", str(plan))
+    assert code == 2 and "phase 'images' is not available" in err
+    assert not (tmp_path / ".ferry").exists()
