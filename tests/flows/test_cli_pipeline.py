@@ -1,50 +1,66 @@
-"""`ferry run`, `ferry status` and `ferry rollback` as a user types them, against the real Prefect server."""
+"""`ferry run`, `ferry status` and `ferry rollback` as a user types them, against the real Prefect server.
+
+Each command is its own process, as in a shell (Prefect binds its log handlers to the streams a
+process starts with).
+"""
 
 from __future__ import annotations
 
-from tests.cli_runner import run_cli
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from tests.flows.test_pipeline import write_plan
+
+FERRY = str(Path(sys.executable).with_name("ferry"))
+
+
+def run_cli(api: str, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "PREFECT_API_URL": api, "COLUMNS": "200"}
+    done = subprocess.run([FERRY, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+    return done.returncode, done.stdout, done.stderr
 
 
 def files(root) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-def test_run_status_rollback(prefect_api, tmp_path, capsys) -> None:
+def test_run_status_rollback(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "cli-flow")
-    code, out, err = run_cli(capsys, "run", str(plan))
+    code, out, err = run_cli(prefect_api, "run", str(plan))
     assert code == 0, err
     assert "data_sync PASS" in out and "audit folder" in out
     assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
 
-    code, out, _ = run_cli(capsys, "status", str(plan))
+    code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert code == 0 and "committed" in out and "unchanged" in out
 
-    code, out, err = run_cli(capsys, "rollback", str(plan), "--phase", "data_sync")
+    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
     assert code == 0, err
     assert "deleted 3 object(s)" in out
     assert files(tmp_path / "dst") == []
-    code, out, _ = run_cli(capsys, "status", str(plan))
+    code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert "rolled_back" in out
 
-    code, _, err = run_cli(capsys, "rollback", str(plan), "--phase", "data_sync")
+    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
     assert code == 2 and "no committed run to roll back" in err
 
 
-def test_failed_gate_exits_1_and_status_shows_it(prefect_api, tmp_path, capsys) -> None:
+def test_failed_gate_exits_1_and_status_shows_it(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "cli-gate-fails", allow_extra=False)
     (tmp_path / "dst" / "b").mkdir(parents=True)
     (tmp_path / "dst" / "b" / "stray.bin").write_bytes(b"x")
-    code, out, err = run_cli(capsys, "run", str(plan))
+    code, out, err = run_cli(prefect_api, "run", str(plan))
     assert code == 1
     assert "gate failed" in err and "FAIL" in out
-    code, out, _ = run_cli(capsys, "status", str(plan))
+    code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert "rolled_back" in out
 
 
-def test_bad_plan_runs_nothing(tmp_path, capsys) -> None:
+def test_bad_plan_runs_nothing(prefect_api, tmp_path) -> None:
     plan = tmp_path / "migration.yaml"
     plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {images: {}}\n")
-    code, _, err = run_cli(capsys, "run", str(plan))
+    code, _, err = run_cli(prefect_api, "run", str(plan))
     assert code == 2 and "phase 'images' is not available" in err
     assert not (tmp_path / ".ferry").exists()
