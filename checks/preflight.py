@@ -17,10 +17,13 @@ from ferry.errors import FerryError
 
 
 def check_storage_access(role: str, connector: Connector) -> CheckResult:
-    """The credentials work and the bucket, container or directory exists."""
+    """The credentials work and the bucket, container or directory exists (a local target may be created)."""
     name = f"preflight.{role}_storage_access"
     try:
-        connector.check()
+        if role == "target":
+            connector.prepare_target(dry_run=True)
+        else:
+            connector.check()
     except FerryError as exc:
         return CheckResult(name, Status.FAIL, {"url": connector.url}, evidence=[str(exc)])
     return CheckResult(name, Status.PASS, {"url": connector.url}, evidence=["reached with the configured credentials"])

@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
-from prefect import flow, pause_flow_run, runtime
+from prefect import flow, pause_flow_run, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.transactions import transaction
 
 from checks.base import CheckResult, Status
+from checks.preflight import preflight
 from ferry.audit import AuditFolder
 from ferry.errors import GateFailed, UsageError
 from ferry.ledger import Ledger
@@ -96,6 +98,7 @@ def migrate(
     structlog.contextvars.bind_contextvars(run_id=run_id)
     outcomes: dict[str, str] = {}
     try:
+        outcomes["preflight"] = _preflight(loaded, audit)
         for phase in plan.enabled_phases():
             if only and phase not in only:
                 continue
@@ -125,6 +128,37 @@ def migrate(
     return {"run_id": run_id, "audit": str(audit.root), "phases": outcomes}
 
 
+@task(name="preflight", cache_policy=NO_CACHE)
+def preflight_checks(plan_path: str) -> list[dict]:
+    """Credentials, buckets, private endpoints and a writable state dir, before anything changes."""
+    loaded = load_plan(Path(plan_path))
+    storage = {role: loaded.storage(role) for role in ("source", "target")}
+    return [r.to_dict() for r in preflight(storage, loaded.plan.profiles, loaded.state_dir / "state")]
+
+
+def _preflight(loaded: LoadedPlan, audit: AuditFolder) -> str:
+    """Run the preflight checks; a FAIL (or, strict, a WARN) stops the run before any phase."""
+    results = [CheckResult.from_dict(r) for r in preflight_checks(str(loaded.path))]
+    _report(audit, "preflight", results)
+    status = gate_status(results, loaded.plan.strict)
+    if status == Status.FAIL:
+        failing = [f"{r.name}: {'; '.join(r.evidence)}" for r in results if r.status in (Status.FAIL, Status.WARN)]
+        raise GateFailed(f"preflight failed, nothing was changed: {' | '.join(failing)}")
+    return status.value
+
+
+def _report(audit: AuditFolder, phase: str, results: list[CheckResult]) -> None:
+    """Gate results into the audit folder and into Prefect as a Markdown report and a table."""
+    markdown = audit.write_gate(phase, results)
+    slug = phase.replace("_", "-")
+    create_markdown_artifact(markdown, key=f"gate-{slug}", description=f"{phase} gate report")
+    create_table_artifact(
+        [{"check": r.name, "status": r.status.value, "evidence": "; ".join(r.evidence[:3])} for r in results],
+        key=f"gate-table-{slug}",
+        description=f"{phase} gate results",
+    )
+
+
 def _run_phase(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
     """One phase in its transaction: a FAIL gate raises inside it, so the phase's tasks roll back."""
     try:
@@ -138,13 +172,7 @@ def _transaction(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
     with transaction(key=f"{audit.root.name}-{phase}"):
         raw = PHASES[phase].flow(str(loaded.path), str(audit.root))
         results = [CheckResult.from_dict(r) for r in raw]
-        markdown = audit.write_gate(phase, results)
-        create_markdown_artifact(markdown, key=f"gate-{phase.replace('_', '-')}", description=f"{phase} gate report")
-        create_table_artifact(
-            [{"check": r.name, "status": r.status.value, "evidence": "; ".join(r.evidence[:3])} for r in results],
-            key=f"gate-table-{phase.replace('_', '-')}",
-            description=f"{phase} gate results",
-        )
+        _report(audit, phase, results)
         status = gate_status(results, loaded.plan.strict)
         log.info("gate", status=status.value, checks=len(results))
         if status == Status.FAIL:

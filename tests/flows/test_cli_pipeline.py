@@ -64,3 +64,28 @@ def test_bad_plan_runs_nothing(prefect_api, tmp_path) -> None:
     code, _, err = run_cli(prefect_api, "run", str(plan))
     assert code == 2 and "phase 'images' is not available" in err
     assert not (tmp_path / ".ferry").exists()
+
+
+def test_ferry_ui_starts_a_local_server_and_prints_its_url(tmp_path) -> None:
+    import signal
+    import time
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # its own database
+    proc = subprocess.Popen([FERRY, "ui", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("Prefect UI: http://127.0.0.1:"), line
+        url = line.split(": ", 1)[1].strip()
+        assert f"PREFECT_API_URL={url}/api" in proc.stdout.readline()
+        with urllib.request.urlopen(f"{url}/api/health", timeout=5) as response:
+            assert response.status == 200
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert b"<html" in response.read().lower()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.returncode is not None, "ferry ui did not stop on Ctrl-C"

@@ -65,7 +65,7 @@ def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, t
     plan = write_plan(tmp_path, "commit-then-skip")
     run_id = new_run_id(str(plan))
     outcome = migrate(plan_path=str(plan), run_id=run_id)
-    assert outcome["phases"] == {"data_sync": "PASS"}
+    assert outcome["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
     assert (tmp_path / "dst" / "b" / "three.bin").read_bytes() == b"333" * 100
     audit = Path(outcome["audit"])
     assert audit == tmp_path / ".ferry" / "runs" / run_id
@@ -76,9 +76,9 @@ def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, t
     assert found.get("data-sync-a") == "progress"
 
     again = migrate(plan_path=str(plan))
-    assert again["phases"] == {"data_sync": "skipped"}
+    assert again["phases"] == {"preflight": "PASS", "data_sync": "skipped"}
     forced = migrate(plan_path=str(plan), force=["data_sync"])
-    assert forced["phases"] == {"data_sync": "PASS"}
+    assert forced["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
     ledger = Ledger(tmp_path / ".ferry" / "state")
     assert [r.status for r in ledger.runs("commit-then-skip")] == ["completed"] * 3
     ledger.close()
@@ -104,7 +104,7 @@ def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api,
 
     stray.unlink()  # the cause, fixed
     outcome = migrate(plan_path=str(plan))
-    assert outcome["phases"] == {"data_sync": "PASS"}
+    assert outcome["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
 
 
 def test_approval_pauses_and_resumes_through_the_api(prefect_api, tmp_path) -> None:
@@ -130,7 +130,7 @@ def test_approval_pauses_and_resumes_through_the_api(prefect_api, tmp_path) -> N
             assert not (tmp_path / "dst").exists(), "the phase ran before it was approved"
             time.sleep(0.5)
     worker.join(timeout=120)
-    assert outcome.get("phases") == {"data_sync": "PASS"}
+    assert outcome.get("phases") == {"preflight": "PASS", "data_sync": "PASS"}
     assert artifacts(run_id).get("approval-data-sync") == "markdown"
 
 
@@ -141,3 +141,18 @@ def test_timed_out_approval_changes_nothing(prefect_api, tmp_path) -> None:
     with pytest.raises(Exception, match="(?i)pause|timed out|never resumed"):
         migrate(plan_path=str(plan), approval_timeout_s=3)
     assert not (tmp_path / "dst").exists()
+
+
+def test_failed_preflight_stops_before_any_phase(prefect_api, tmp_path) -> None:
+    from ferry.errors import GateFailed
+    from ferry.ledger import Ledger
+    from flows.pipeline import migrate
+
+    plan = write_plan(tmp_path, "preflight-fails")
+    plan.write_text(plan.read_text().replace("storage: ./src", "storage: ./missing"))
+    with pytest.raises(GateFailed, match="preflight failed, nothing was changed.*missing: no such directory"):
+        migrate(plan_path=str(plan))
+    assert not (tmp_path / "dst").exists()
+    ledger = Ledger(tmp_path / ".ferry" / "state")
+    assert ledger.phase("preflight-fails", "data_sync") is None
+    ledger.close()
