@@ -42,7 +42,7 @@ from ferry.errors import (
     TransientError,
     UsageError,
 )
-from ferry.profiles import Profile
+from ferry.profiles import Credentials, Profile
 
 CHECKSUM_KEY = "ferry_crc32c"
 EXTRA_KEY = "ferry_metadata"
@@ -110,11 +110,11 @@ def _translate(exc: AzureError, what: str) -> FerryError:
     return PermanentError(message, code=code)
 
 
-def _env(name: str, field: str, url: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise UsageError(f"{url}: credentials.{field} names ${name}, which is not set")
-    return value
+def _resolve(creds: Credentials, name: str, url: str) -> str:
+    try:
+        return creds.resolve(name) or ""
+    except UsageError as exc:
+        raise UsageError(f"{url}: {exc}") from None
 
 
 def _client_options() -> dict[str, Any]:
@@ -142,29 +142,29 @@ def _from_connection_string(conn: str, endpoint: str | None, url: str, source: s
     try:
         return BlobServiceClient.from_connection_string(conn, **_client_options())
     except ValueError:
-        raise UsageError(f"{url}: the connection string in ${source} is malformed") from None
+        raise UsageError(f"{url}: the connection string from {source} is malformed") from None
 
 
 def _open_service(url: str, profile: Profile | None) -> tuple[BlobServiceClient, Any]:
     """The service client for url and the credential object to close with it (or None)."""
     creds = profile.credentials if profile else None
     endpoint = profile.endpoint_url if profile else None
-    if creds and creds.connection_string_env:
-        conn = _env(creds.connection_string_env, "connection_string_env", url)
-        return _from_connection_string(conn, endpoint, url, creds.connection_string_env), None
+    if creds and creds.named("connection_string"):
+        conn = _resolve(creds, "connection_string", url)
+        return _from_connection_string(conn, endpoint, url, "credentials.connection_string"), None
     name = creds.account_name if creds else None
-    if creds and (creds.account_key_env or creds.sas_token_env):
+    if creds and (creds.named("account_key") or creds.named("sas_token")):
         if not name:
-            raise UsageError(f"{url}: credentials.account_key_env and sas_token_env need credentials.account_name")
+            raise UsageError(f"{url}: credentials.account_key and sas_token need credentials.account_name")
         account_url = endpoint or f"https://{name}.blob.core.windows.net"
-        if creds.account_key_env:
-            secret = AzureNamedKeyCredential(name, _env(creds.account_key_env, "account_key_env", url))
+        if creds.named("account_key"):
+            secret = AzureNamedKeyCredential(name, _resolve(creds, "account_key", url))
         else:
-            secret = AzureSasCredential(_env(creds.sas_token_env, "sas_token_env", url).lstrip("?"))
+            secret = AzureSasCredential(_resolve(creds, "sas_token", url).lstrip("?"))
         return BlobServiceClient(account_url, credential=secret, **_client_options()), None
     conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if conn:
-        return _from_connection_string(conn, endpoint, url, "AZURE_STORAGE_CONNECTION_STRING"), None
+        return _from_connection_string(conn, endpoint, url, "$AZURE_STORAGE_CONNECTION_STRING"), None
     name = name or os.environ.get("AZURE_STORAGE_ACCOUNT")
     if not name:
         raise UsageError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import os
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -80,15 +79,6 @@ def translate(exc: Exception, what: str) -> Exception:
     return exc
 
 
-def _env(name: str | None, what: str) -> str | None:
-    if name is None:
-        return None
-    value = os.environ.get(name)
-    if not value:
-        raise UsageError(f"the profile names ${name} for the {what}, but it is not set")
-    return value
-
-
 def _multipart_etag(parts: list[Part]) -> str | None:
     """What S3 answers for a completed multipart upload, if every part's ETag is a plain MD5."""
     try:
@@ -152,9 +142,9 @@ class S3Connector(Connector):
             creds = profile.credentials
             session_kwargs = {
                 "profile_name": creds.aws_profile,
-                "aws_access_key_id": _env(creds.access_key_id_env, "access key id"),
-                "aws_secret_access_key": _env(creds.secret_access_key_env, "secret access key"),
-                "aws_session_token": _env(creds.session_token_env, "session token"),
+                "aws_access_key_id": creds.resolve("access_key_id"),
+                "aws_secret_access_key": creds.resolve("secret_access_key"),
+                "aws_session_token": creds.resolve("session_token"),
             }
             if profile.endpoint_url:
                 client_kwargs["endpoint_url"] = profile.endpoint_url

@@ -6,29 +6,72 @@ connection-string variable, and the connector reads them when it opens.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ferry.config import load_yaml_model
+from ferry.errors import UsageError
 
 ConnectorType = Literal["s3", "azure", "local", "fsspec"]
 
 
+SECRETS = ("access_key_id", "secret_access_key", "session_token", "connection_string", "account_key", "sas_token")
+
+
 class Credentials(BaseModel):
-    """Where a connector finds its secrets: names only, never values."""
+    """Where a connector finds its secrets: names only, never values.
+
+    Each secret is named either as an environment variable (`<secret>_env`) or as a Prefect
+    Secret block (`<secret>_secret`), never both.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     access_key_id_env: str | None = None
+    access_key_id_secret: str | None = None
     secret_access_key_env: str | None = None
+    secret_access_key_secret: str | None = None
     session_token_env: str | None = None
+    session_token_secret: str | None = None
     aws_profile: str | None = None
     connection_string_env: str | None = None
+    connection_string_secret: str | None = None
     account_name: str | None = None
     account_key_env: str | None = None
+    account_key_secret: str | None = None
     sas_token_env: str | None = None
+    sas_token_secret: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source_each(self) -> Credentials:
+        for name in SECRETS:
+            if getattr(self, f"{name}_env") and getattr(self, f"{name}_secret"):
+                raise ValueError(f"{name}: name an environment variable or a Prefect Secret block, not both")
+        return self
+
+    def named(self, name: str) -> bool:
+        """True if the secret `name` has a source."""
+        return bool(getattr(self, f"{name}_env") or getattr(self, f"{name}_secret"))
+
+    def resolve(self, name: str) -> str | None:
+        """The secret `name` from its variable or Prefect Secret block; None if neither is named."""
+        variable, block = getattr(self, f"{name}_env"), getattr(self, f"{name}_secret")
+        if variable:
+            value = os.environ.get(variable)
+            if not value:
+                raise UsageError(f"credentials.{name}_env names ${variable}, which is not set")
+            return value
+        if block:
+            from prefect.blocks.system import Secret
+
+            try:
+                return str(Secret.load(block).get())
+            except ValueError:
+                raise UsageError(f"credentials.{name}_secret: no Prefect Secret block named {block!r}") from None
+        return None
 
 
 class Profile(BaseModel):
