@@ -89,3 +89,29 @@ def test_ferry_ui_starts_a_local_server_and_prints_its_url(tmp_path) -> None:
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert proc.returncode is not None, "ferry ui did not stop on Ctrl-C"
+
+
+def test_ferry_serve_schedules_the_plan_on_its_cron(prefect_api, tmp_path) -> None:
+    import signal
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    plan = write_plan(tmp_path, "nightly", extra='schedule: "0 2 * * *"')
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    proc = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, deployment = time.monotonic() + 60, None
+        while deployment is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            with get_client(sync_client=True) as client:
+                try:
+                    deployment = client.read_deployment_by_name("migrate/nightly")
+                except Exception:  # noqa: BLE001 - not registered yet
+                    deployment = None
+        assert deployment is not None, "ferry serve registered no deployment"
+        assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]
+        assert deployment.parameters["plan_path"] == str(plan.resolve())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
