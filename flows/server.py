@@ -21,8 +21,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int, timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
-    """Start `prefect server start` on 127.0.0.1:port; return the process and its API URL once healthy."""
+def start_server(port: int, timeout_s: float = 60.0, home: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `prefect server start` on 127.0.0.1:port; return the process and its API URL once healthy.
+
+    home, if given, is the server's own PREFECT_HOME (its database); else the user's.
+    """
     port = port or free_port()
     prefect = str(Path(sys.executable).with_name("prefect"))
     api = f"http://127.0.0.1:{port}/api"
@@ -34,6 +37,8 @@ def start_server(port: int, timeout_s: float = 60.0) -> tuple[subprocess.Popen, 
         "PREFECT_UI_API_URL": api,
     }
     env.pop("PREFECT_API_URL", None)
+    if home is not None:
+        env["PREFECT_HOME"] = str(home)
     proc = subprocess.Popen(
         [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env=env,

@@ -15,12 +15,13 @@ os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 
 
 @pytest.fixture(scope="session")
-def prefect_api() -> Iterator[str]:
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.server import start_server
 
-    proc, api = start_server(0)
+    # A database of its own: nothing from an earlier session (or the user's runs) is seen.
+    proc, api = start_server(0, home=tmp_path_factory.mktemp("prefect-home"))
     try:
         with temporary_settings(updates={PREFECT_API_URL: api}):
             os.environ["PREFECT_API_URL"] = api
