@@ -83,6 +83,8 @@ class Capabilities:
     max_parts: int = 10_000
     # Largest object written in one request.
     max_single_put: int = 5 * GiB
+    # Threads beyond which this store gains nothing (a local disk); None for network stores.
+    useful_threads: int | None = None
 
 
 class Connector(abc.ABC):

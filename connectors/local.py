@@ -39,7 +39,13 @@ def _signature(path: Path) -> str:
 
 def _capabilities(xattrs: bool) -> Capabilities:
     return Capabilities(
-        server_side_copy=True, exact_keys=False, stores_checksum=xattrs, max_part_size=1 << 62, max_parts=1 << 31
+        server_side_copy=True,
+        exact_keys=False,
+        stores_checksum=xattrs,
+        max_part_size=1 << 62,
+        max_parts=1 << 31,
+        # Kernel copies and page-cache reads: more threads than this only add lock traffic.
+        useful_threads=4 * (os.cpu_count() or 1),
     )
 
 

@@ -486,6 +486,14 @@ def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retr
     return label(value)
 
 
+def effective_threads(threads: int, source: Connector, target: Connector) -> int:
+    """The pool size: as asked, unless neither end is a network store that could use that many."""
+    limits = [c.capabilities.useful_threads for c in (source, target)]
+    if any(limit is None for limit in limits):
+        return threads
+    return min(threads, max(limits))  # type: ignore[type-var]
+
+
 def job_name(source: Connector, target: Connector) -> str:
     """The ledger's name for a source/target pair."""
     return f"{source.url} -> {target.url}"
@@ -512,7 +520,8 @@ class Transfer:
         self._server_side = target.capabilities.server_side_copy and target.can_copy_from(source)
         self._url_ok = target.capabilities.url_source and source.capabilities.presign
         self._limiter = _RateLimiter(settings.bwlimit) if settings.bwlimit else None
-        self._sched = _Scheduler(settings.memory_budget, 2 * settings.threads, self._run_part)
+        self.threads = effective_threads(settings.threads, source, target)
+        self._sched = _Scheduler(settings.memory_budget, 2 * self.threads, self._run_part)
         self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
         self._retrying = retrying(settings, on_retry=self._note_retry)
 
@@ -531,7 +540,7 @@ class Transfer:
         # orchestrator's run context reach the workers' log lines.
         workers = [
             threading.Thread(target=contextvars.copy_context().run, args=(self._worker,), daemon=True)
-            for _ in range(self.settings.threads)
+            for _ in range(self.threads)
         ]
         for worker in workers:
             worker.start()

@@ -110,3 +110,18 @@ def test_retry_waits_honour_retry_after_and_only_transient_errors_retry() -> Non
 
     calls.clear()
     assert policy.copy()(flaky) == "done" and len(calls) == 3
+
+
+def test_local_only_routes_use_fewer_threads_network_routes_all() -> None:
+    from connectors.transfer import effective_threads
+
+    class Disk:
+        capabilities = Capabilities(useful_threads=8)
+
+    class Network:
+        capabilities = Capabilities()
+
+    assert effective_threads(128, Disk(), Disk()) == 8
+    assert effective_threads(4, Disk(), Disk()) == 4
+    assert effective_threads(128, Disk(), Network()) == 128
+    assert effective_threads(128, Network(), Disk()) == 128
