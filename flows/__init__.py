@@ -1,1 +1,1 @@
-"""Prefect flows: one thin flow per phase and the pipeline (the migration pipeline issue)."""
+"""Prefect only: the migration pipeline (pipeline.py) and one thin flow per phase (data_sync.py)."""
