@@ -236,6 +236,11 @@ class Stats:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
 
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes landed in the target so far, parts of unfinished objects included (for progress)."""
+        return self.bytes_written + self.bytes_server_side + self.bytes_url_pulled
+
     def summary(self) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started
         p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)

@@ -486,7 +486,7 @@ class _ProgressBar:
     def _update(self, stats: Stats) -> None:
         self.progress.update(
             self.task,
-            completed=stats.bytes_copied,
+            completed=stats.bytes_moved,
             total=stats.bytes_to_copy or None,
             objects=f"{stats.copied}/{stats.to_copy} copied, {stats.skipped} equal, {stats.failed} failed",
         )

@@ -92,7 +92,7 @@ class _Progress:
             self._update(stats)
 
     def _update(self, stats: Stats) -> None:
-        done = 100.0 * stats.bytes_copied / stats.bytes_to_copy if stats.bytes_to_copy else 0.0
+        done = 100.0 * stats.bytes_moved / stats.bytes_to_copy if stats.bytes_to_copy else 0.0
         update_progress_artifact(self.artifact, min(done, 100.0))
 
     def stop(self, stats: Stats | None) -> None:
