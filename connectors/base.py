@@ -94,7 +94,8 @@ class Connector(abc.ABC):
     capabilities: Capabilities = Capabilities()
 
     def __init__(self, url: str):
-        self.url = url
+        # The name used in every message, report and ledger key: never with a password in it.
+        self.url = redact_url(url)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -191,6 +192,16 @@ class Connector(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook: most connectors hold nothing to release
         """Release pools and sessions."""
+
+
+def redact_url(url: str) -> str:
+    """url with any password in its user-info replaced by '***' (sftp://user:secret@host/p)."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
 
 
 def join_key(root: str, key: str) -> str:

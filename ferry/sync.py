@@ -14,7 +14,7 @@ from typing import Any
 
 from checks.base import CheckResult, Status
 from checks.data import NAME, DataTally, check_data
-from connectors.base import Connector
+from connectors.base import Connector, redact_url
 from connectors.registry import open_connector
 from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort_incomplete
 from ferry.errors import FerryError
@@ -37,8 +37,8 @@ class SyncResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "source": self.source,
-            "target": self.target,
+            "source": redact_url(self.source),
+            "target": redact_url(self.target),
             "dry_run": self.settings.dry_run,
             "threads": self.settings.threads,
             "summary": self.stats.summary(),

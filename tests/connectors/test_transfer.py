@@ -125,3 +125,13 @@ def test_local_only_routes_use_fewer_threads_network_routes_all() -> None:
     assert effective_threads(4, Disk(), Disk()) == 4
     assert effective_threads(128, Disk(), Network()) == 128
     assert effective_threads(128, Network(), Disk()) == 128
+
+
+def test_passwords_in_urls_never_reach_messages() -> None:
+    from connectors.base import redact_url
+    from connectors.registry import open_connector
+
+    assert redact_url("sftp://ops:hunter2@host:22/data") == "sftp://ops:***@host:22/data"
+    assert redact_url("s3://bucket/a@b:c") == "s3://bucket/a@b:c"
+    assert redact_url("./local/path") == "./local/path"
+    assert open_connector("memory://ops:hunter2@bucket/x", {}).url == "memory://ops:***@bucket/x"
