@@ -21,8 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import boto3
-
 from bench.datasets import ensure
 from tests.servers import start_moto
 
@@ -52,13 +50,8 @@ def main() -> int:
     server = start_moto()
     try:
         env = {**server.env, "PATH": "/usr/bin:/bin", "AWS_EC2_METADATA_DISABLED": "true"}
-        boto3.client(
-            "s3",
-            endpoint_url=server.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket="resume")
+        client = server.s3_client()
+        client.create_bucket(Bucket="resume")
         work = Path(tempfile.mkdtemp(prefix="ferry-resume-", dir=args.out))
         command = [
             FERRY,
@@ -85,13 +78,6 @@ def main() -> int:
         recorded = _recorded(ledger)
         with sqlite3.connect(ledger) as conn:
             (upload_id,) = conn.execute("SELECT upload_id FROM uploads").fetchone()
-        client = boto3.client(
-            "s3",
-            endpoint_url=server.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
         pages = client.get_paginator("list_parts").paginate(
             Bucket="resume", Key=f"p/{data.path.name}", UploadId=upload_id
         )

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 from azure.storage.blob import AccountSasPermissions, BlobServiceClient, ResourceTypes, generate_account_sas
 
 from bench.datasets import Dataset, ensure
@@ -142,14 +141,6 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 # -- routes: fresh servers and targets --------------------------------------------------------------
 
 
-def s3_client(server: Server):
-    env = server.env
-    return boto3.client(
-        "s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name=env["AWS_DEFAULT_REGION"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-    )
-
-
 def inventory(sizes: Iterable[int]) -> tuple[int, int]:
     objects = total = 0
     for size in sizes:
@@ -176,7 +167,7 @@ def rclone_s3_flags(server: Server) -> list[str]:
 def moto_route(data: Dataset, work: Path, from_s3: bool) -> Iterator[Ends]:
     server = start_moto()
     try:
-        s3 = s3_client(server)
+        s3 = server.s3_client()
         for bucket in ("src", "dst"):
             s3.create_bucket(Bucket=bucket)
         src = Side(str(data.path), str(data.path))

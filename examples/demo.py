@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import boto3
-
 from examples.gen_data import generate
 from tests.servers import start_moto
 
@@ -35,13 +33,7 @@ def main() -> int:
             "AWS_EC2_METADATA_DISABLED": "true",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         }
-        boto3.client(
-            "s3",
-            endpoint_url=server.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="demo",
-            aws_secret_access_key="demo",
-        ).create_bucket(Bucket="dest-store")
+        server.s3_client().create_bucket(Bucket="dest-store")
         ferry = [sys.executable, "-m", "ferry.cli"]
         # A fresh embedded S3 server holds nothing: start the plan's record afresh too.
         for stale in ("state", "runs"):

@@ -14,7 +14,7 @@ from typing import Any
 
 from checks.base import CheckResult, Status
 from checks.data import NAME, DataTally, check_data
-from connectors.base import Connector, redact_url
+from connectors.base import redact_url
 from connectors.registry import open_connector
 from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort_incomplete
 from ferry.errors import FerryError
@@ -46,10 +46,6 @@ class SyncResult:
         }
 
 
-def open_pair(source_url: str, target_url: str, profiles: Mapping[str, Profile]) -> tuple[Connector, Connector]:
-    return open_connector(source_url, profiles), open_connector(target_url, profiles)
-
-
 def run_sync(
     source_url: str,
     target_url: str,
@@ -64,7 +60,7 @@ def run_sync(
     on_start: Callable[[Stats], None] | None = None,
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir)."""
-    source, target = open_pair(source_url, target_url, profiles)
+    source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
     ledger = Ledger(state_dir)
     seen = DataTally()
 
