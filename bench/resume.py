@@ -50,7 +50,7 @@ def main() -> int:
     server = start_moto()
     try:
         env = {**server.env, "PATH": "/usr/bin:/bin", "AWS_EC2_METADATA_DISABLED": "true"}
-        client = server.s3_client()
+        client = server.client("s3")
         client.create_bucket(Bucket="resume")
         work = Path(tempfile.mkdtemp(prefix="ferry-resume-", dir=args.out))
         command = [

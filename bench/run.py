@@ -167,7 +167,7 @@ def rclone_s3_flags(server: Server) -> list[str]:
 def moto_route(data: Dataset, work: Path, from_s3: bool) -> Iterator[Ends]:
     server = start_moto()
     try:
-        s3 = server.s3_client()
+        s3 = server.client("s3")
         for bucket in ("src", "dst"):
             s3.create_bucket(Bucket=bucket)
         src = Side(str(data.path), str(data.path))

@@ -7,13 +7,18 @@ through the public internet: an endpoint that resolves to a public address is a 
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from checks.base import CheckResult, Status
 from connectors.base import Connector
 from ferry.errors import FerryError
+
+if TYPE_CHECKING:
+    from ferry.plan import LoadedPlan
 
 
 def check_storage_access(role: str, connector: Connector) -> CheckResult:
@@ -68,14 +73,37 @@ def check_state_dir_writable(path: Path) -> CheckResult:
     return CheckResult(name, Status.PASS, {"path": str(path)})
 
 
-def preflight(storage: dict[str, str], profiles: dict, state_dir: Path) -> list[CheckResult]:
-    """All preflight checks for the named storage URLs (role -> URL) and the state directory."""
+def check_iam_sources(loaded: LoadedPlan) -> CheckResult:
+    """The IAM exports the plan names are readable, and the live IAM API answers with its credentials."""
+    from ferry.iam import aws_iam_call
+
+    name = "preflight.iam_sources"
+    problems, reached = [], []
+    for path in loaded.iam_exports():
+        if os.access(path, os.R_OK) and path.is_file():
+            reached.append(str(path))
+        else:
+            problems.append(f"{path}: not a readable file")
+    aws = loaded.plan.source.iam.aws if loaded.plan.source.iam else None
+    if aws is not None and not aws.export:
+        try:
+            aws_iam_call(aws, lambda client: client.list_users(MaxItems=1))
+            reached.append(f"IAM API at {aws.endpoint_url or 'AWS'}")
+        except FerryError as exc:
+            problems.append(str(exc))
+    return CheckResult(name, Status.FAIL if problems else Status.PASS, {"sources": len(reached) + len(problems)},
+                       evidence=problems or [f"read {', '.join(reached)}"])
+
+
+def preflight(loaded: LoadedPlan) -> list[CheckResult]:
+    """All preflight checks of a plan: both storage ends, the IAM sources, the ledger's directory."""
     from connectors.registry import open_connector
 
     results = []
-    for role, url in storage.items():
+    for role in ("source", "target"):
+        url = loaded.storage(role)
         try:
-            connector = open_connector(url, profiles)
+            connector = open_connector(url, loaded.plan.profiles)
         except FerryError as exc:
             failed = CheckResult(f"preflight.{role}_storage_access", Status.FAIL, {"url": url}, evidence=[str(exc)])
             results.append(failed)
@@ -85,5 +113,7 @@ def preflight(storage: dict[str, str], profiles: dict, state_dir: Path) -> list[
             results.append(check_private_endpoint(role, connector))
         finally:
             connector.close()
-    results.append(check_state_dir_writable(state_dir))
+    if loaded.plan.phases.iam is not None:
+        results.append(check_iam_sources(loaded))
+    results.append(check_state_dir_writable(loaded.state_dir / "state"))
     return results

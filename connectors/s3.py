@@ -139,20 +139,14 @@ class S3Connector(Connector):
         client_kwargs: dict = {}
         session_kwargs: dict = {}
         if profile is not None:
-            creds = profile.credentials
-            session_kwargs = {
-                "profile_name": creds.aws_profile,
-                "aws_access_key_id": creds.resolve("access_key_id"),
-                "aws_secret_access_key": creds.resolve("secret_access_key"),
-                "aws_session_token": creds.resolve("session_token"),
-            }
+            session_kwargs = profile.credentials.boto3_session_args()
             if profile.endpoint_url:
                 client_kwargs["endpoint_url"] = profile.endpoint_url
             if profile.region:
                 client_kwargs["region_name"] = profile.region
             client_kwargs["addressing_style"] = profile.addressing_style
         try:
-            session = boto3.session.Session(**{k: v for k, v in session_kwargs.items() if v is not None})
+            session = boto3.session.Session(**session_kwargs)
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, location.url) from None
         if session.region_name is None and "region_name" not in client_kwargs:

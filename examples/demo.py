@@ -33,7 +33,7 @@ def main() -> int:
             "AWS_EC2_METADATA_DISABLED": "true",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         }
-        server.s3_client().create_bucket(Bucket="dest-store")
+        server.client("s3").create_bucket(Bucket="dest-store")
         ferry = [sys.executable, "-m", "ferry.cli"]
         # A fresh embedded S3 server holds nothing: start the plan's record afresh too.
         for stale in ("state", "runs"):

@@ -100,8 +100,7 @@ def plan_show(
             out.print(f"{name}: {'set' if name in os.environ else 'NOT SET'}", markup=False, highlight=False)
     if preflight:
         out.rule("preflight")
-        storage = {role: loaded.storage(role) for role in ("source", "target")}
-        results = run_preflight(storage, plan.profiles, loaded.state_dir)
+        results = run_preflight(loaded)
         table = Table(show_header=True)
         for column in ("check", "status", "evidence"):
             table.add_column(column)
@@ -176,6 +175,7 @@ def _print_status(loaded) -> None:
     ledger = Ledger(loaded.state_dir / "state")
     try:
         recorded = {p.phase: p for p in ledger.phases(loaded.plan.name)}
+        live = {phase: ledger.live_commit(loaded.plan.name, phase) for phase in recorded}
         runs = ledger.runs(loaded.plan.name, limit=5)
     finally:
         ledger.close()
@@ -190,6 +190,8 @@ def _print_status(loaded) -> None:
         inputs = "unchanged" if rec.input_hash == loaded.input_hash(phase) else "changed since"
         gate = rec.detail if rec.status == "committed" else ""
         detail = "" if rec.status == "committed" else rec.detail
+        if rec.status != "committed" and live.get(phase):
+            detail += f" (the target still holds committed run {live[phase][0]})"
         table.add_row(phase, rec.status, gate, inputs, rec.run_id, detail)
     out.print(table)
     for run_record in runs:
@@ -221,30 +223,27 @@ def rollback(
 ) -> None:
     """Undo the last committed run of one phase; other phases stay as they are."""
     from ferry.ledger import Ledger
-    from ferry.sync import delete_created
 
     loaded = load_plan(plan)
     if phase not in loaded.plan.enabled_phases():
         raise UsageError(f"--phase: {phase!r} is not a phase of {plan} ({', '.join(loaded.plan.enabled_phases())})")
+    _prefect_env()
+    from flows.pipeline import PHASES
+
     ledger = Ledger(loaded.state_dir / "state")
     try:
-        rec = ledger.phase(loaded.plan.name, phase)
-        if rec is None or rec.status != "committed":
-            raise UsageError(f"{phase} has no committed run to roll back (status: {rec.status if rec else 'not run'})")
-        run_record = ledger.run(rec.run_id)
-        journals = sorted(Path(run_record.audit_dir, phase).glob("created-*.jsonl")) if run_record else []
-        target = loaded.storage("target")
-        reports = [delete_created(target, loaded.plan.profiles, journal) for journal in journals]
-        deleted = sum(report["deleted_created_objects"] for report in reports)
-        ledger.set_phase(loaded.plan.name, phase, rec.input_hash, "rolled_back", rec.run_id, "rolled back by hand")
+        live = ledger.live_commit(loaded.plan.name, phase)
+        if live is None:
+            raise UsageError(f"{phase} has no committed run to roll back")
+        run_id = live[0]
+        run_record = ledger.run(run_id)
+        if run_record is None:
+            raise UsageError(f"{phase}: the ledger has no record of run {run_id}, which committed it")
+        done = PHASES[phase].rollback(loaded, Path(run_record.audit_dir))
+        ledger.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
     finally:
         ledger.close()
-    out.print(
-        f"rolled back {phase} of run {rec.run_id}: deleted {deleted} object(s) it had created "
-        "(objects it overwrote cannot be restored without bucket versioning)",
-        markup=False,
-        highlight=False,
-    )
+    out.print(f"rolled back {phase} of run {run_id}: {done}", markup=False, highlight=False)
 
 
 @app.command()
@@ -275,6 +274,21 @@ def ui(
 
 def describe_phase(loaded, phase: str) -> str:
     plan = loaded.plan
+    if phase == "iam":
+        sources = plan.source.iam
+        named = [
+            f"AWS IAM {'export ' + sources.aws.export if sources.aws.export else 'API'}" if sources.aws else "",
+            f"Azure role assignments {sources.azure_export}" if sources.azure_export else "",
+            f"LDAP groups {sources.ldif}" if sources.ldif else "",
+        ]
+        gate = plan.gates.iam
+        return (
+            f"map principals of {', '.join(n for n in named if n)} to the roles of {loaded.target.name} "
+            f"({', '.join(loaded.target.rbac_roles)}) in namespace {plan.phases.iam.namespace}, render RoleBindings "
+            f"and publish them to {loaded.state_dir / 'iam' / 'rbac.yaml'}; gate: coverage >= {gate.min_coverage:.0%}, "
+            f"ambiguous <= {gate.max_ambiguous}, widening {'reported' if gate.allow_widening else 'fails'}, "
+            "bindings valid against the Kubernetes schema"
+        )
     if phase == "data_sync":
         sync = plan.phases.data_sync
         shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"

@@ -38,6 +38,12 @@ CREATE TABLE IF NOT EXISTS phases (
     run_id TEXT NOT NULL, updated REAL NOT NULL, detail TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (plan, phase)
 ) WITHOUT ROWID;
+-- Every commit of a phase; the newest one not rolled back is what is live on the target.
+CREATE TABLE IF NOT EXISTS commits (
+    plan TEXT NOT NULL, phase TEXT NOT NULL, run_id TEXT NOT NULL, input_hash TEXT NOT NULL,
+    committed REAL NOT NULL, rolled_back INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (plan, phase, run_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, plan TEXT NOT NULL, status TEXT NOT NULL, started REAL NOT NULL,
     updated REAL NOT NULL, audit_dir TEXT NOT NULL, flow_run_id TEXT NOT NULL DEFAULT '',
@@ -210,10 +216,42 @@ class Ledger:
         return [PhaseRecord(*row) for row in rows]
 
     def set_phase(self, plan: str, phase: str, input_hash: str, status: str, run_id: str, detail: str = "") -> None:
-        with self._lock:
+        """Record a phase's latest outcome; a commit also joins the phase's commit history."""
+        now = time.time()
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
             self._conn.execute(
                 "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (plan, phase, input_hash, status, run_id, time.time(), detail),
+                (plan, phase, input_hash, status, run_id, now, detail),
+            )
+            if status == "committed":
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO commits VALUES (?, ?, ?, ?, ?, 0)", (plan, phase, run_id, input_hash, now)
+                )
+
+    def live_commit(self, plan: str, phase: str) -> tuple[str, str] | None:
+        """(run id, input hash) of the newest commit of the phase not rolled back: what the target holds."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT run_id, input_hash FROM commits WHERE plan = ? AND phase = ? AND rolled_back = 0 "
+                "ORDER BY committed DESC LIMIT 1",
+                (plan, phase),
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def roll_back_commit(self, plan: str, phase: str, run_id: str, detail: str) -> None:
+        """Mark one commit undone; the phase's latest outcome says so."""
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute(
+                "UPDATE commits SET rolled_back = 1 WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
+            )
+            row = self._conn.execute(
+                "SELECT input_hash FROM commits WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
+            ).fetchone()
+            self._conn.execute(
+                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (plan, phase, row[0] if row else "", "rolled_back", run_id, time.time(), detail),
             )
 
     def start_run(self, run_id: str, plan: str, audit_dir: str, flow_run_id: str = "") -> None:

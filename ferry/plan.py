@@ -20,14 +20,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from ferry.config import FieldProblem, load_yaml_model
 from ferry.errors import UsageError
-from ferry.profiles import Profile
+from ferry.iam import DEFAULT_AWS_SERVICES
+from ferry.profiles import Credentials, Profile
 from ferry.units import parse_size
 
 PHASE_ORDER = ("iam", "data_sync", "images", "manifests", "golive")
-AVAILABLE_PHASES = ("data_sync",)
+AVAILABLE_PHASES = ("iam", "data_sync")
 TARGETS_DIR = Path(__file__).with_name("targets")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _CRON_FIELD = re.compile(r"^(\*|\d+|[A-Za-z]{3})([-/,](\d+|[A-Za-z]{3}|\*))*$")
+LevelName = Literal["read", "write", "admin"]
 
 
 def _size(value: Any) -> int:
@@ -45,9 +47,44 @@ class _Strict(BaseModel):
 
 
 class Side(_Strict):
-    """One end of the migration. Registry, cluster and IAM sources arrive with their phases."""
+    """One end of the migration. Registry and cluster arrive with their phases."""
 
     storage: str = Field(min_length=1)
+
+
+class AwsIamSource(_Strict):
+    """AWS IAM: the account's live IAM API, or the JSON of `aws iam get-account-authorization-details`."""
+
+    export: str | None = None
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    credentials: Credentials = Field(default_factory=Credentials)
+
+    @model_validator(mode="after")
+    def _export_or_live(self) -> AwsIamSource:
+        if self.export and (self.endpoint_url or self.credentials != Credentials()):
+            raise ValueError("export reads a file: endpoint_url and credentials belong to the live IAM API")
+        return self
+
+
+class IamSources(_Strict):
+    """Where the source principals come from; export paths are relative to the plan file."""
+
+    aws: AwsIamSource | None = None
+    # The JSON of `az role assignment list --all`.
+    azure_export: str | None = None
+    # LDAP groups as LDIF.
+    ldif: str | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> IamSources:
+        if not (self.aws or self.azure_export or self.ldif):
+            raise ValueError("name at least one of aws, azure_export, ldif")
+        return self
+
+
+class SourceSide(Side):
+    iam: IamSources | None = None
 
 
 class TargetSide(Side):
@@ -82,7 +119,22 @@ class DataSync(_Strict):
         return shards
 
 
+class Iam(_Strict):
+    """Settings of the iam phase: where the bindings go and how to read what the sources cannot say."""
+
+    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    # AWS services whose permissions carry over; actions of others are reported unmapped.
+    aws_services: list[str] = Field(default_factory=lambda: list(DEFAULT_AWS_SERVICES))
+    # LDAP groups hold no permissions: the level each group gets.
+    ldap_groups: dict[str, LevelName] = Field(default_factory=dict)
+    # Azure custom roles (built-in ones are known): the level each gets.
+    azure_roles: dict[str, LevelName] = Field(default_factory=dict)
+    # Principal id (e.g. aws:user/alice) -> a role of the target profile, or "none" to bind nothing.
+    overrides: dict[str, str] = Field(default_factory=dict)
+
+
 class Phases(_Strict):
+    iam: Iam | None = None
     data_sync: DataSync | None = None
 
     @model_validator(mode="before")
@@ -105,7 +157,18 @@ class DataGate(_Strict):
     allow_extra: bool = True
 
 
+class IamGate(_Strict):
+    # Mapped permissions over all permissions found; below it the gate fails.
+    min_coverage: float = Field(default=0.9, ge=0, le=1)
+    max_ambiguous: int = Field(default=0, ge=0)
+    # Widened permissions (scope, conditions, denies RBAC cannot express) WARN; false makes them FAIL.
+    allow_widening: bool = True
+    # The Kubernetes version whose schemas validate the bindings (default: the newest known).
+    kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
+
+
 class Gates(_Strict):
+    iam: IamGate = Field(default_factory=IamGate)
     data_sync: DataGate = Field(default_factory=DataGate)
 
 
@@ -118,7 +181,7 @@ class Retries(_Strict):
 
 class Plan(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
-    source: Side
+    source: SourceSide
     target: TargetSide
     profiles: dict[str, Profile] = Field(default_factory=dict)
     phases: Phases
@@ -149,6 +212,8 @@ class Plan(_Strict):
         for name in self.approve_before:
             if name not in enabled:
                 raise ValueError(f"approve_before names {name!r}, which is not an enabled phase")
+        if self.phases.iam is not None and self.source.iam is None:
+            raise ValueError("phases.iam needs source.iam: where the principals come from (aws, azure_export, ldif)")
         return self
 
     def enabled_phases(self) -> list[str]:
@@ -218,27 +283,47 @@ class LoadedPlan:
     def storage(self, role: str) -> str:
         """The storage URL of 'source' or 'target'; a relative local path is relative to the plan file."""
         url = getattr(self.plan, role).storage
-        if "://" in url or Path(url).is_absolute():
-            return url
-        return str((self.path.parent / url).resolve())
+        return url if "://" in url else str(self.resolve(url))
 
     @property
     def state_dir(self) -> Path:
         state = Path(self.plan.state_dir)
         return state if state.is_absolute() else (self.path.parent / state).resolve()
 
+    def resolve(self, path: str) -> Path:
+        """A path the plan names, relative to the plan file unless absolute."""
+        return Path(path) if Path(path).is_absolute() else (self.path.parent / path).resolve()
+
+    def iam_exports(self) -> list[Path]:
+        """The export files the iam phase reads."""
+        sources = self.plan.source.iam
+        if sources is None:
+            return []
+        named = [sources.aws.export if sources.aws else None, sources.azure_export, sources.ldif]
+        return [self.resolve(p) for p in named if p]
+
     def input_hash(self, phase: str) -> str:
-        """What a phase's outcome depends on: its settings, its gate, both ends and their profiles."""
+        """What a phase's outcome depends on: its settings and gate, and what it reads and writes."""
         plan = self.plan
-        inputs = {
+        inputs: dict[str, Any] = {
             "phase": phase,
             "settings": getattr(plan.phases, phase).model_dump(mode="json"),
             "gate": getattr(plan.gates, phase).model_dump(mode="json"),
-            "source": self.storage("source"),
-            "target": self.storage("target"),
-            "profiles": {k: v.model_dump(mode="json") for k, v in plan.profiles.items()},
             "strict": plan.strict,
         }
+        if phase == "iam":
+            assert plan.source.iam is not None
+            inputs["sources"] = plan.source.iam.model_dump(mode="json")
+            inputs["roles"] = self.target.rbac_roles
+            # A changed export is a changed input (a live IAM account is read anew only with --force).
+            inputs["exports"] = {
+                str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
+                for p in self.iam_exports()
+            }
+        else:
+            inputs["source"] = self.storage("source")
+            inputs["target"] = self.storage("target")
+            inputs["profiles"] = {k: v.model_dump(mode="json") for k, v in plan.profiles.items()}
         return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
     def masked(self) -> str:

@@ -74,6 +74,17 @@ class Credentials(BaseModel):
         return None
 
 
+    def boto3_session_args(self) -> dict[str, str]:
+        """boto3 Session arguments for what is named here; the rest is left to boto3's credential chain."""
+        args = {
+            "profile_name": self.aws_profile,
+            "aws_access_key_id": self.resolve("access_key_id"),
+            "aws_secret_access_key": self.resolve("secret_access_key"),
+            "aws_session_token": self.resolve("session_token"),
+        }
+        return {k: v for k, v in args.items() if v is not None}
+
+
 class Profile(BaseModel):
     """A connector type and where it points."""
 

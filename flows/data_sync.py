@@ -28,6 +28,7 @@ from ferry.errors import PermanentError, TransientError
 from ferry.ledger import Ledger
 from ferry.plan import LoadedPlan, load_plan
 from ferry.sync import delete_created, run_sync
+from flows.retry import transient_retries
 
 log = structlog.get_logger("ferry.flows.data_sync")
 PHASE = "data_sync"
@@ -60,17 +61,6 @@ def shards(loaded: LoadedPlan) -> list[str]:
 
 def label(shard: str) -> str:
     return shard.rstrip("/").replace("/", "_") or "all"
-
-
-def only_transient(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
-    """Retry a shard only when it failed for a transient reason."""
-    try:
-        state.result()
-    except TransientError:
-        return True
-    except Exception:  # noqa: BLE001 - anything else is final
-        return False
-    return False
 
 
 class _Progress:
@@ -165,6 +155,15 @@ def undo_unfinished(loaded: LoadedPlan, audit_root: Path) -> int:
     return undone
 
 
+def rollback_committed(loaded: LoadedPlan, audit_root: Path) -> str:
+    """Undo a committed run of the phase: delete every object its shards created."""
+    journals = sorted((audit_root / PHASE).glob("created-*.jsonl"))
+    reports = [delete_created(loaded.storage("target"), loaded.plan.profiles, journal) for journal in journals]
+    deleted = sum(report["deleted_created_objects"] for report in reports)
+    return (f"deleted {deleted} object(s) it had created "
+            "(objects it overwrote cannot be restored without bucket versioning)")
+
+
 @task(name="data-gate", cache_policy=NO_CACHE)
 def data_gate(plan_path: str) -> list[dict]:
     """The data gate for every shard: target against source, objects, bytes, size and checksum."""
@@ -217,10 +216,7 @@ def describe(loaded: LoadedPlan) -> tuple[str, dict]:
 def data_sync_flow(plan_path: str, audit_root: str) -> list[dict]:
     """Sync every shard (one task each), then run the data gate; returns the gate results."""
     loaded = load_plan(Path(plan_path))
-    retries = loaded.plan.retries
-    shard_task = sync_shard.with_options(
-        retries=retries.attempts, retry_delay_seconds=retries.delay_s, retry_condition_fn=only_transient
-    )
+    shard_task = sync_shard.with_options(**transient_retries(loaded))
     futures = [shard_task.submit(plan_path, audit_root, shard) for shard in shards(loaded)]
     summaries = [future.result() for future in futures]
     AuditFolder(Path(audit_root)).write_json(PHASE, "summary.json", summaries)

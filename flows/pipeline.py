@@ -26,7 +26,7 @@ from ferry.audit import AuditFolder
 from ferry.errors import GateFailed, UsageError
 from ferry.ledger import Ledger
 from ferry.plan import LoadedPlan, load_plan
-from flows import data_sync
+from flows import data_sync, iam_mapping
 
 log = structlog.get_logger("ferry.flows.pipeline")
 
@@ -38,17 +38,30 @@ class Phase:
     describe: Callable[[LoadedPlan], tuple[str, dict]]  # what it would change, for approvals
     # Undo what the phase's Prefect rollback hooks cannot reach (tasks that never completed).
     undo_unfinished: Callable[[LoadedPlan, Path], int]
+    # Undo a committed run (`ferry rollback`), given its audit folder; says what was done.
+    rollback: Callable[[LoadedPlan, Path], str]
 
 
-PHASES = {"data_sync": Phase(data_sync.data_sync_flow, data_sync.describe, data_sync.undo_unfinished)}
+PHASES = {
+    "iam": Phase(
+        iam_mapping.iam_flow, iam_mapping.describe, iam_mapping.undo_unfinished, iam_mapping.rollback_committed
+    ),
+    "data_sync": Phase(
+        data_sync.data_sync_flow, data_sync.describe, data_sync.undo_unfinished, data_sync.rollback_committed
+    ),
+}
 
 
 def gate_status(results: list[CheckResult], strict: bool) -> Status:
     """FAIL if a check failed (or, strict, warned); else WARN if one warned; else PASS."""
-    statuses = {r.status for r in results}
-    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
+    if blocking(results, strict):
         return Status.FAIL
-    return Status.WARN if Status.WARN in statuses else Status.PASS
+    return Status.WARN if any(r.status == Status.WARN for r in results) else Status.PASS
+
+
+def blocking(results: list[CheckResult], strict: bool) -> list[CheckResult]:
+    """The results that fail the gate: FAIL, and under strict WARN too."""
+    return [r for r in results if r.status == Status.FAIL or (strict and r.status == Status.WARN)]
 
 
 def new_run_id(plan_path: str) -> str:
@@ -131,9 +144,7 @@ def migrate(
 @task(name="preflight", cache_policy=NO_CACHE)
 def preflight_checks(plan_path: str) -> list[dict]:
     """Credentials, buckets, private endpoints and a writable state dir, before anything changes."""
-    loaded = load_plan(Path(plan_path))
-    storage = {role: loaded.storage(role) for role in ("source", "target")}
-    return [r.to_dict() for r in preflight(storage, loaded.plan.profiles, loaded.state_dir / "state")]
+    return [r.to_dict() for r in preflight(load_plan(Path(plan_path)))]
 
 
 def _preflight(loaded: LoadedPlan, audit: AuditFolder) -> str:
@@ -142,7 +153,7 @@ def _preflight(loaded: LoadedPlan, audit: AuditFolder) -> str:
     _report(audit, "preflight", results)
     status = gate_status(results, loaded.plan.strict)
     if status == Status.FAIL:
-        failing = [f"{r.name}: {'; '.join(r.evidence)}" for r in results if r.status in (Status.FAIL, Status.WARN)]
+        failing = [f"{r.name}: {'; '.join(r.evidence)}" for r in blocking(results, loaded.plan.strict)]
         raise GateFailed(f"preflight failed, nothing was changed: {' | '.join(failing)}")
     return status.value
 
@@ -176,6 +187,6 @@ def _transaction(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
         status = gate_status(results, loaded.plan.strict)
         log.info("gate", status=status.value, checks=len(results))
         if status == Status.FAIL:
-            failing = [r.name for r in results if r.status in (Status.FAIL, Status.WARN)]
+            failing = [r.name for r in blocking(results, loaded.plan.strict)]
             raise GateFailed(f"{phase}: gate failed: {', '.join(failing)} (report: {audit.path(phase, 'gate.md')})")
     return status.value

@@ -51,12 +51,13 @@ class Server:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def s3_client(self):
-        """A boto3 S3 client for this (moto) server, with its credentials, whatever the environment holds."""
+    def client(self, service: str):
+        """A boto3 client of service (s3, iam) on this (moto) server, with its credentials, whatever the
+        environment holds."""
         import boto3
 
         return boto3.client(
-            "s3",
+            service,
             endpoint_url=self.endpoint,
             region_name=self.env["AWS_DEFAULT_REGION"],
             aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],

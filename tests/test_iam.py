@@ -1,0 +1,193 @@
+"""IAM mapping: classification of each source, overrides and collisions, the rendered bindings and the gate."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from checks.base import Status
+from checks.iam import (
+    check_iam_ambiguous,
+    check_iam_coverage,
+    check_iam_widened,
+    check_rbac_bindings,
+    check_rbac_schema,
+)
+from ferry.errors import UsageError
+from ferry.iam import (
+    DEFAULT_AWS_SERVICES,
+    Level,
+    Mapping,
+    aws_action_level,
+    aws_principals,
+    azure_principals,
+    ldap_principals,
+    map_principals,
+    parse_ldif,
+    render_rbac,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "iam"
+ROLES = ["compute-viewer", "compute-operator", "compute-admin"]
+
+
+@pytest.mark.parametrize(
+    ("action", "level"),
+    [
+        ("*", Level.ADMIN),
+        ("s3:GetObject", Level.READ),
+        ("s3:Get*", Level.READ),
+        ("s3:ListBucket", Level.READ),
+        ("ecr:BatchGetImage", Level.READ),
+        ("s3:PutObject", Level.WRITE),
+        ("s3:*", Level.WRITE),
+        ("s3:*Object", Level.WRITE),  # could be Put or Delete: the wider reading wins
+        ("iam:PassRole", Level.ADMIN),
+        ("iam:*", Level.ADMIN),
+        ("iam:GetRole", Level.READ),
+        ("dynamodb:GetItem", "dynamodb has no counterpart"),
+        ("s3", "is not an IAM action"),
+    ],
+)
+def test_aws_action_levels(action: str, level: Level | str) -> None:
+    found = aws_action_level(action, DEFAULT_AWS_SERVICES)
+    if isinstance(level, Level):
+        assert found == level
+    else:
+        assert isinstance(found, str) and level in found
+
+
+def example_mapping(overrides: dict[str, str] | None = None) -> Mapping:
+    principals, skipped = aws_principals(json.loads((EXAMPLES / "aws-authorization-details.json").read_text()))
+    principals += azure_principals(
+        json.loads((EXAMPLES / "azure-role-assignments.json").read_text()), {"GPU Quota Requester": Level.READ}
+    )
+    levels = {"ml-engineers": Level.WRITE, "data-readers": Level.WRITE, "gpu-oncall": Level.ADMIN}
+    principals += ldap_principals((EXAMPLES / "groups.ldif").read_text(), levels)
+    return map_principals(principals, "ml-training", ROLES, overrides or {}, skipped)
+
+
+def test_aws_export_classified_with_what_did_not_fit() -> None:
+    mapping = example_mapping()
+    by_id = {p.id: p for p in mapping.principals}
+    assert by_id["aws:user/carol"].level == Level.ADMIN  # URL-encoded document with iam:PassRole
+    assert by_id["aws:user/dave"].level == Level.WRITE
+    assert [u.split(": ")[-2] for u in by_id["aws:user/dave"].unmapped] == ["dynamodb:GetItem", "dynamodb:Query"]
+    assert by_id["aws:user/alice"].level is None  # only group access: the group is bound
+    # The default version of MLTraining is read, not its older `*` version.
+    assert by_id["aws:group/ml-engineers"].level == Level.WRITE
+    assert any("Deny s3:DeleteBucket" in w for w in by_id["aws:group/ml-engineers"].widened)
+    role = by_id["aws:role/training-job-role"]
+    assert role.kind == "service" and mapping.subject(role) == ("ServiceAccount", "training-job-role")
+    assert any("condition on StringEquals is dropped" in w for w in role.widened)
+    assert mapping.skipped == ["aws:role/AWSServiceRoleForSupport: service-linked role, managed by AWS itself"]
+    assert by_id["azure:service/inference-api"].level == Level.READ
+    assert any("storageAccounts/mldata" in w for w in by_id["azure:user/alice@corp.example.com"].widened)
+    assert by_id["ldap:group/ml-engineers"].members == ["alice", "frank"]
+    assert by_id["ldap:group/gpu-oncall"].members == ["carol", "grace"]
+    assert mapping.totals()["unmapped"] == 2 and round(mapping.coverage(), 3) == 0.931
+
+
+def test_a_subject_claimed_at_two_levels_is_ambiguous_until_overridden() -> None:
+    mapping = example_mapping()
+    ambiguous = {p.id for p in mapping.principals if p.ambiguous}
+    assert ambiguous == {"aws:group/data-readers", "ldap:group/data-readers"}
+    # Least privilege until the plan decides.
+    assert {p.level for p in mapping.principals if p.id in ambiguous} == {Level.READ}
+    assert check_iam_ambiguous(mapping, 0).status == Status.FAIL
+
+    settled = example_mapping({"ldap:group/data-readers": "compute-viewer"})
+    assert not any(p.ambiguous for p in settled.principals)
+    assert check_iam_ambiguous(settled, 0).status == Status.PASS
+
+
+def test_overrides_that_raise_access_are_widening_and_bad_overrides_are_refused() -> None:
+    mapping = example_mapping({"aws:user/bob": "compute-admin", "ldap:group/data-readers": "compute-viewer"})
+    bob = next(p for p in mapping.principals if p.id == "aws:user/bob")
+    assert bob.level == Level.ADMIN
+    assert any("override binds compute-admin where the source gives read" in w for w in bob.widened)
+    dropped = example_mapping({"aws:user/carol": "none", "ldap:group/data-readers": "compute-viewer"})
+    assert next(p for p in dropped.principals if p.id == "aws:user/carol").level is None
+    with pytest.raises(UsageError, match="'aws:user/zed' names no principal"):
+        example_mapping({"aws:user/zed": "compute-viewer"})
+    with pytest.raises(UsageError, match="'root' is not a role of the target"):
+        example_mapping({"aws:user/bob": "root"})
+
+
+def test_azure_custom_role_is_unmapped_until_classified() -> None:
+    assignments = json.loads((EXAMPLES / "azure-role-assignments.json").read_text())
+    erin = next(p for p in azure_principals(assignments, {}) if p.name == "erin@corp.example.com")
+    assert erin.grants == [] and "classify it under phases.iam.azure_roles" in erin.unmapped[0]
+    with pytest.raises(UsageError, match="lacks principalType"):
+        azure_principals([{"principalName": "x", "roleDefinitionName": "Reader"}], {})
+
+
+def test_ldif_continuations_base64_and_unlisted_groups() -> None:
+    encoded = base64.b64encode("ml-ops ü".encode()).decode()
+    text = (
+        "dn: cn=ml-ops,ou=groups,dc=x\nobjectClass: groupOfUniqueNames\n"
+        f"cn:: {encoded}\nuniqueMember: uid=hen\n ry,ou=people,dc=x\n\n"
+        "# a comment\ndn: cn=finance,dc=x\nobjectClass: groupOfNames\ncn: finance\nmember: uid=ivy,dc=x\n"
+    )
+    assert parse_ldif(text)[0]["uniquemember"] == ["uid=henry,ou=people,dc=x"]
+    principals = ldap_principals(text, {"ml-ops ü": Level.READ})
+    assert [(p.name, p.members, p.level is None) for p in principals] == [
+        ("ml-ops ü", ["henry"], True),
+        ("finance", ["ivy"], True),
+    ]
+    assert principals[0].grants and principals[1].unmapped  # the plan gave ml-ops a level, not finance
+    with pytest.raises(UsageError, match="is not 'attribute: value'"):
+        parse_ldif("dn: cn=x\nnonsense line\n")
+
+
+def test_rendered_bindings_are_valid_and_match_the_mapping() -> None:
+    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
+    docs = render_rbac(mapping)
+    assert [d["kind"] for d in docs] == [
+        "ServiceAccount",
+        "ServiceAccount",
+        "RoleBinding",
+        "RoleBinding",
+        "RoleBinding",
+    ]
+    assert check_rbac_schema(docs, None).status == Status.PASS
+    assert check_rbac_bindings(docs, mapping).status == Status.PASS
+    # Round trip through the audit folder's JSON keeps every decision.
+    assert Mapping.from_dict(json.loads(json.dumps(mapping.to_dict()))).to_dict() == mapping.to_dict()
+
+
+def test_tampered_bindings_fail_the_gate() -> None:
+    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
+    docs = render_rbac(mapping)
+    escalated = copy.deepcopy(docs)
+    admin = next(d for d in escalated if d["metadata"]["name"] == "ferry-compute-admin")
+    admin["subjects"].append({"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"})
+    result = check_rbac_bindings(escalated, mapping)
+    assert result.status == Status.FAIL and any("bound 2 times" in e for e in result.evidence)
+    viewer = next(d for d in escalated if d["metadata"]["name"] == "ferry-compute-viewer")
+    viewer["subjects"] = [s for s in viewer["subjects"] if s["name"] != "bob"]
+    result = check_rbac_bindings(escalated, mapping)
+    assert any("User bob: escalated to compute-admin" in e for e in result.evidence)
+    missing = [d for d in docs if d["metadata"]["name"] != "ferry-compute-admin"]
+    assert any("no binding renders it" in e for e in check_rbac_bindings(missing, mapping).evidence)
+
+    invalid = copy.deepcopy(docs)
+    invalid[2]["subjects"][0]["team"] = "ml"
+    schema = check_rbac_schema(invalid, "1.30")
+    assert schema.status == Status.FAIL and "'team' was unexpected" in schema.evidence[0]
+    assert check_rbac_schema(docs, "1.99").status == Status.FAIL
+
+
+def test_coverage_and_widening_thresholds() -> None:
+    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
+    assert check_iam_coverage(mapping, 0.9).status == Status.WARN
+    assert check_iam_coverage(mapping, 0.95).status == Status.FAIL
+    assert check_iam_widened(mapping, True).status == Status.WARN
+    assert check_iam_widened(mapping, False).status == Status.FAIL
+    clean = map_principals([], "ml", ROLES, {})
+    assert check_iam_coverage(clean, 1.0).status == Status.PASS
+    assert check_iam_widened(clean, False).status == Status.PASS
