@@ -12,6 +12,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
 # Everything here talks to the session's server; a silent fall-back to an ephemeral one is a bug.
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
+# The server's scheduler looks for due deployments every 5 s, not 60: `ferry serve` is tested firing.
+os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "5")
 
 
 @pytest.fixture(scope="session")

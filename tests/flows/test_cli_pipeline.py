@@ -91,27 +91,43 @@ def test_ferry_ui_starts_a_local_server_and_prints_its_url(tmp_path) -> None:
         assert proc.returncode is not None, "ferry ui did not stop on Ctrl-C"
 
 
-def test_ferry_serve_schedules_the_plan_on_its_cron(prefect_api, tmp_path) -> None:
+def test_ferry_serve_runs_the_plan_when_its_cron_fires(prefect_api, tmp_path) -> None:
     import signal
     import time
 
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 
-    plan = write_plan(tmp_path, "nightly", extra='schedule: "0 2 * * *"')
-    env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    proc = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Every minute: the shortest a five-field cron allows, so the test sees it fire within ~70 s.
+    plan = write_plan(tmp_path, "every-minute", extra='schedule: "* * * * *"')
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline, deployment = time.monotonic() + 60, None
         while deployment is None and time.monotonic() < deadline:
             time.sleep(0.5)
             with get_client(sync_client=True) as client:
                 try:
-                    deployment = client.read_deployment_by_name("migrate/nightly")
+                    deployment = client.read_deployment_by_name("migrate/every-minute")
                 except Exception:  # noqa: BLE001 - not registered yet
                     deployment = None
         assert deployment is not None, "ferry serve registered no deployment"
-        assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]
+        assert [s.schedule.cron for s in deployment.schedules] == ["* * * * *"]
         assert deployment.parameters["plan_path"] == str(plan.resolve())
+
+        only_this = DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
+        deadline, done = time.monotonic() + 150, []
+        while not done and time.monotonic() < deadline:
+            time.sleep(2)
+            with get_client(sync_client=True) as client:
+                runs = client.read_flow_runs(deployment_filter=only_this)
+            done = [r for r in runs if r.state is not None and r.state.is_final()]
+        assert done, f"no scheduled run finished; runs: {[(r.name, r.state_name) for r in runs]}"
+        assert done[0].state.is_completed(), (done[0].state, (tmp_path / "serve.log").read_text()[-3000:])
+        assert done[0].auto_scheduled, "the run was not created by the schedule"
+        assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+        log.close()
