@@ -1,7 +1,8 @@
 """Preflight: before any phase changes anything, every endpoint answers and the state dir is writable.
 
-Platform guidance is to reach storage over a private endpoint (PrivateLink or the like), never
-through the public internet: an endpoint that resolves to a public address is a WARN.
+Platform guidance is to reach storage, registries and clusters over private endpoints (PrivateLink
+or the like), never through the public internet: an endpoint that resolves to a public address is
+a WARN.
 """
 
 from __future__ import annotations
@@ -10,15 +11,20 @@ import ipaddress
 import os
 import secrets
 import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import yaml
 
 from checks.base import CheckResult, Status
 from connectors.base import Connector
 from ferry.errors import FerryError
 
 if TYPE_CHECKING:
-    from ferry.plan import LoadedPlan
+    from ferry.plan import Cluster, LoadedPlan
 
 
 def check_storage_access(role: str, connector: Connector) -> CheckResult:
@@ -34,12 +40,8 @@ def check_storage_access(role: str, connector: Connector) -> CheckResult:
     return CheckResult(name, Status.PASS, {"url": connector.url}, evidence=["reached with the configured credentials"])
 
 
-def check_private_endpoint(role: str, connector: Connector) -> CheckResult:
-    """Every address the endpoint resolves to is private (or loopback): no public internet hop."""
-    name = f"preflight.{role}_endpoint_private"
-    host = connector.network_host()
-    if host is None:
-        return CheckResult(name, Status.SKIP, {"url": connector.url}, evidence=["not a network endpoint"])
+def check_private_host(name: str, host: str) -> CheckResult:
+    """Every address host resolves to is private (or loopback): no public internet hop."""
     try:
         addresses = sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
     except OSError as exc:
@@ -57,6 +59,96 @@ def check_private_endpoint(role: str, connector: Connector) -> CheckResult:
             [f"{host} resolves to public {', '.join(public)}: use a private (PrivateLink) endpoint"],
         )
     return CheckResult(name, Status.PASS, measured, {"public_addresses": 0})
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_registry(role: str, registry: str) -> list[CheckResult]:
+    """The registry answers the Docker Registry HTTP API v2 (401 counts: it asks for credentials), privately.
+
+    Loopback registries are spoken to over plain HTTP, as Docker does; every other one over HTTPS.
+    """
+    name = f"preflight.{role}_registry"
+    host = registry.split("/", 1)[0]
+    hostname = host.rsplit(":", 1)[0]
+    url = f"{'http' if _loopback(hostname) else 'https'}://{host}/v2/"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return [CheckResult(name, Status.FAIL, {"url": url}, evidence=[f"{url}: {reason}"])]
+    if status in (200, 401):
+        result = CheckResult(
+            name,
+            Status.PASS,
+            {"url": url, "http_status": status},
+            evidence=[f"answers the registry API v2 (HTTP {status})"],
+        )
+    else:
+        result = CheckResult(
+            name,
+            Status.FAIL,
+            {"url": url, "http_status": status},
+            evidence=[f"{url} answered HTTP {status}: not a registry API v2"],
+        )
+    return [result, check_private_host(f"preflight.{role}_registry_private", hostname)]
+
+
+def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[CheckResult]:
+    """The kubeconfig names the cluster's context, and its API server is a private address.
+
+    The API server itself is first contacted by the phase that applies manifests; this only
+    proves the plan points at a context that exists.
+    """
+    name = f"preflight.{role}_cluster"
+    if cluster.kubeconfig:
+        path = loaded.resolve(cluster.kubeconfig)
+    elif os.environ.get("KUBECONFIG"):
+        path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+    else:
+        path = Path.home() / ".kube" / "config"
+    measured = {"kubeconfig": str(path), "context": cluster.context}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        return [CheckResult(name, Status.FAIL, measured, evidence=[f"{path}: cannot read a kubeconfig: {exc}"])]
+    contexts = {c.get("name"): c.get("context", {}) for c in config.get("contexts") or []}
+    if cluster.context not in contexts:
+        known = ", ".join(sorted(str(c) for c in contexts)) or "none"
+        return [
+            CheckResult(
+                name, Status.FAIL, measured, evidence=[f"{path} has no context {cluster.context!r} (it has: {known})"]
+            )
+        ]
+    clusters = {c.get("name"): c.get("cluster", {}) for c in config.get("clusters") or []}
+    server = clusters.get(contexts[cluster.context].get("cluster"), {}).get("server")
+    if not server:
+        return [
+            CheckResult(
+                name,
+                Status.FAIL,
+                measured,
+                evidence=[f"context {cluster.context!r} names no cluster with a server URL"],
+            )
+        ]
+    measured["server"] = server
+    found = CheckResult(
+        name,
+        Status.PASS,
+        measured,
+        evidence=[
+            f"context {cluster.context!r}: API server {server}, namespace {cluster.namespace} (not contacted here)"
+        ],
+    )
+    return [found, check_private_host(f"preflight.{role}_cluster_private", urlsplit(server).hostname or server)]
 
 
 def check_state_dir_writable(path: Path) -> CheckResult:
@@ -91,8 +183,12 @@ def check_iam_sources(loaded: LoadedPlan) -> CheckResult:
             reached.append(f"IAM API at {aws.endpoint_url or 'AWS'}")
         except FerryError as exc:
             problems.append(str(exc))
-    return CheckResult(name, Status.FAIL if problems else Status.PASS, {"sources": len(reached) + len(problems)},
-                       evidence=problems or [f"read {', '.join(reached)}"])
+    return CheckResult(
+        name,
+        Status.FAIL if problems else Status.PASS,
+        {"sources": len(reached) + len(problems)},
+        evidence=problems or [f"read {', '.join(reached)}"],
+    )
 
 
 def preflight(loaded: LoadedPlan) -> list[CheckResult]:
@@ -110,9 +206,25 @@ def preflight(loaded: LoadedPlan) -> list[CheckResult]:
             continue
         try:
             results.append(check_storage_access(role, connector))
-            results.append(check_private_endpoint(role, connector))
+            host = connector.network_host()
+            if host is None:
+                results.append(
+                    CheckResult(
+                        f"preflight.{role}_endpoint_private",
+                        Status.SKIP,
+                        {"url": url},
+                        evidence=["not a network endpoint"],
+                    )
+                )
+            else:
+                results.append(check_private_host(f"preflight.{role}_endpoint_private", host))
         finally:
             connector.close()
+        side = getattr(loaded.plan, role)
+        if side.registry:
+            results += check_registry(role, side.registry)
+        if side.cluster:
+            results += check_cluster(role, side.cluster, loaded)
     if loaded.plan.phases.iam is not None:
         results.append(check_iam_sources(loaded))
     results.append(check_state_dir_writable(loaded.state_dir / "state"))

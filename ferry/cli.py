@@ -284,7 +284,7 @@ def describe_phase(loaded, phase: str) -> str:
         gate = plan.gates.iam
         return (
             f"map principals of {', '.join(n for n in named if n)} to the roles of {loaded.target.name} "
-            f"({', '.join(loaded.target.rbac_roles)}) in namespace {plan.phases.iam.namespace}, render RoleBindings "
+            f"({', '.join(loaded.target.rbac_roles)}) in namespace {plan.iam_namespace()}, render RoleBindings "
             f"and publish them to {loaded.state_dir / 'iam' / 'rbac.yaml'}; gate: coverage >= {gate.min_coverage:.0%}, "
             f"ambiguous <= {gate.max_ambiguous}, widening {'reported' if gate.allow_widening else 'fails'}, "
             "bindings valid against the Kubernetes schema"

@@ -547,4 +547,6 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
     if sources.ldif:
         ldif = _read_export(loaded.resolve(sources.ldif), "ldif")
         principals += ldap_principals(ldif, {k: Level.parse(v) for k, v in settings.ldap_groups.items()})
-    return map_principals(principals, settings.namespace, loaded.target.rbac_roles, settings.overrides, skipped)
+    namespace = loaded.plan.iam_namespace()
+    assert namespace is not None
+    return map_principals(principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped)

@@ -46,10 +46,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class Cluster(_Strict):
+    """A Kubernetes cluster: a kubeconfig context and the namespace the workloads live in."""
+
+    context: str = Field(min_length=1)
+    namespace: str = Field(pattern=DNS_LABEL)
+    # Default: $KUBECONFIG, else ~/.kube/config; relative to the plan file.
+    kubeconfig: str | None = None
+
+
 class Side(_Strict):
-    """One end of the migration. Registry and cluster arrive with their phases."""
+    """One end of the migration: its object storage, container registry and cluster."""
 
     storage: str = Field(min_length=1)
+    # host[:port][/path], as image references name it (no scheme), e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml
+    registry: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9._/-]+)?$")
+    cluster: Cluster | None = None
+
+    @field_validator("registry", mode="before")
+    @classmethod
+    def _no_scheme(cls, value: Any) -> Any:
+        if isinstance(value, str) and "://" in value:
+            raise ValueError(f"{value!r}: name the registry as images do, host[:port]/path, without a scheme")
+        return value
 
 
 class AwsIamSource(_Strict):
@@ -122,7 +144,8 @@ class DataSync(_Strict):
 class Iam(_Strict):
     """Settings of the iam phase: where the bindings go and how to read what the sources cannot say."""
 
-    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    # Where the bindings go; default: the target cluster's namespace.
+    namespace: str | None = Field(default=None, pattern=DNS_LABEL)
     # AWS services whose permissions carry over; actions of others are reported unmapped.
     aws_services: list[str] = Field(default_factory=lambda: list(DEFAULT_AWS_SERVICES))
     # LDAP groups hold no permissions: the level each group gets.
@@ -212,9 +235,17 @@ class Plan(_Strict):
         for name in self.approve_before:
             if name not in enabled:
                 raise ValueError(f"approve_before names {name!r}, which is not an enabled phase")
-        if self.phases.iam is not None and self.source.iam is None:
-            raise ValueError("phases.iam needs source.iam: where the principals come from (aws, azure_export, ldif)")
+        if self.phases.iam is not None:
+            if self.source.iam is None:
+                raise ValueError("phases.iam needs source.iam, where the principals come from: aws, azure_export, ldif")
+            if self.iam_namespace() is None:
+                raise ValueError("phases.iam needs a namespace: set phases.iam.namespace or target.cluster")
         return self
+
+    def iam_namespace(self) -> str | None:
+        """The namespace the iam phase binds in: its own setting, else the target cluster's."""
+        own = self.phases.iam.namespace if self.phases.iam else None
+        return own or (self.target.cluster.namespace if self.target.cluster else None)
 
     def enabled_phases(self) -> list[str]:
         """The phases this plan runs, in pipeline order."""
@@ -314,6 +345,7 @@ class LoadedPlan:
         if phase == "iam":
             assert plan.source.iam is not None
             inputs["sources"] = plan.source.iam.model_dump(mode="json")
+            inputs["namespace"] = plan.iam_namespace()
             inputs["roles"] = self.target.rbac_roles
             # A changed export is a changed input (a live IAM account is read anew only with --force).
             inputs["exports"] = {

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import Server, start_azurite, start_moto
+from tests.servers import Server, start_azurite, start_moto, start_registry
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +21,13 @@ def moto_server() -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def azurite_server() -> Iterator[Server]:
     server = start_azurite()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_server() -> Iterator[Server]:
+    server = start_registry()
     yield server
     server.stop()
 

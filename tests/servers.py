@@ -135,3 +135,24 @@ def start_azurite() -> Server:
         f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
     )
     return Server(proc=proc, port=port, env={"AZURE_STORAGE_CONNECTION_STRING": conn}, workdir=workdir)
+
+
+def start_registry() -> Server:
+    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir."""
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="ferry-registry-"))
+    config = workdir / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+        "log:\n  level: error\n"
+    )
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_port(port, proc, "docker-registry")
+    return Server(proc=proc, port=port, workdir=workdir)

@@ -59,6 +59,23 @@ def test_env_references_resolve_and_stay_masked(tmp_path, monkeypatch, capsys) -
     assert "META_ENDPOINT: set" in out and "META_SECRET: NOT SET" in out
 
 
+def test_registry_cluster_and_the_iam_namespace_from_the_target_cluster(tmp_path) -> None:
+    path = tmp_path / "migration.yaml"
+    text = VALID.replace(
+        "storage: ./data\n",
+        "storage: ./data\n  registry: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml\n  iam: {ldif: groups.ldif}\n",
+    )
+    text = text.replace(
+        "  storage: meta://",
+        "  registry: 10.0.0.5:5000/ml\n  cluster: {context: meta-prod, namespace: ml-training}\n  storage: meta://",
+    )
+    path.write_text(text.replace("phases:\n", "phases:\n  iam: {}\n"))
+    loaded = load_plan(path)
+    assert loaded.plan.target.registry == "10.0.0.5:5000/ml"
+    assert loaded.plan.iam_namespace() == "ml-training"
+    assert loaded.plan.enabled_phases() == ["iam", "data_sync"]
+
+
 def test_user_target_profile_by_path(tmp_path) -> None:
     (tmp_path / "mine.yaml").write_text("name: mine\nbase_image: registry.local/pytorch:1\ngpu_resource: amd.com/gpu\n")
     path = tmp_path / "migration.yaml"
@@ -121,6 +138,26 @@ MALFORMED = [
         swap("phases:\n", "phases:\n  iam: {namespace: ml, ldap_groups: {admins: root}}\n"),
         ":13:",
         "phases.iam.ldap_groups.admins",
+    ),
+    (
+        "registry with a scheme",
+        swap("storage: ./data\n", "storage: ./data\n  registry: https://ecr.example.com/ml\n"),
+        ":4:",
+        "without a scheme",
+    ),
+    (
+        "cluster without a context",
+        swap("  storage: meta://", "  cluster: {namespace: ml}\n  storage: meta://"),
+        ":6:",
+        "target.cluster.context: Field required",
+    ),
+    (
+        "iam with no namespace anywhere",
+        swap("storage: ./data\n", "storage: ./data\n  iam: {ldif: g.ldif}\n").replace(
+            "phases:\n", "phases:\n  iam: {}\n"
+        ),
+        None,
+        "phases.iam needs a namespace",
     ),
     ("coverage above 1", swap("gates:\n", "gates:\n  iam: {min_coverage: 2}\n"), ":18:", "gates.iam.min_coverage"),
     ("unknown phase", swap("phases:\n", "phases:\n  teleport: {}\n"), ":13:", "phases.teleport: unknown field"),
