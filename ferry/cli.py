@@ -302,13 +302,16 @@ def describe_phase(loaded, phase: str) -> str:
 
 
 def credential_refs(plan) -> set[str]:
-    """Environment variable names the plan's profiles read credentials from."""
-    names = set()
-    for profile in plan.profiles.values():
-        for field, value in profile.credentials.model_dump().items():
-            if field.endswith("_env") and value:
-                names.add(value)
-    return names
+    """Environment variable names the plan reads credentials from (profiles, the live IAM source)."""
+    credentials = [profile.credentials for profile in plan.profiles.values()]
+    if plan.source.iam and plan.source.iam.aws:
+        credentials.append(plan.source.iam.aws.credentials)
+    return {
+        value
+        for creds in credentials
+        for field, value in creds.model_dump().items()
+        if field.endswith("_env") and value
+    }
 
 
 @app.command()
