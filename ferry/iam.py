@@ -93,6 +93,7 @@ class Principal:
     ambiguous: list[str] = field(default_factory=list)
     override: str | None = None  # the role the plan set, or "none"
     level: int | None = None  # the level it is bound at (None: not bound)
+    subject_name: str | None = None  # the name the target's identity provider knows it by, if not its own
 
     @property
     def source(self) -> str:
@@ -114,7 +115,8 @@ class Mapping:
     def subject(self, principal: Principal) -> tuple[str, str]:
         """The Kubernetes subject (kind, name) a principal is bound as."""
         kind = SUBJECT_KINDS[principal.kind]
-        return kind, service_account_name(principal.name) if kind == "ServiceAccount" else principal.name
+        name = principal.subject_name or principal.name
+        return kind, service_account_name(name) if kind == "ServiceAccount" else name
 
     def totals(self) -> dict[str, int]:
         grants = sum(len(p.grants) for p in self.principals)
@@ -424,12 +426,21 @@ def map_principals(
     roles: list[str],
     overrides: dict[str, str],
     skipped: Iterable[str] = (),
+    subjects: dict[str, str] | None = None,
 ) -> Mapping:
-    """Decide each principal's level: derived, or the plan's override; subjects claimed twice are ambiguous."""
+    """Decide each principal's level: derived, or the plan's override; subjects claimed twice are ambiguous.
+
+    subjects renames principals to what the target's identity provider calls them (an AWS user
+    alice who signs in to the cluster as alice@corp.example.com), so one person found in several
+    sources is one subject.
+    """
     if len(roles) != 3:
         raise UsageError(f"the target profile's rbac_roles must name 3 roles (read, write, admin), not {roles}")
     by_role = {role: Level(i + 1) for i, role in enumerate(roles)}
     known = {p.id for p in principals}
+    for pid in subjects or {}:
+        if pid not in known:
+            raise UsageError(f"phases.iam.subjects: {pid!r} names no principal in the IAM sources")
     for pid, role in overrides.items():
         if pid not in known:
             raise UsageError(f"phases.iam.overrides: {pid!r} names no principal in the IAM sources")
@@ -437,6 +448,7 @@ def map_principals(
             raise UsageError(f"phases.iam.overrides.{pid}: {role!r} is not a role of the target ({', '.join(roles)})")
     mapping = Mapping(namespace, {int(level): role for role, level in by_role.items()}, principals, list(skipped))
     for p in principals:
+        p.subject_name = (subjects or {}).get(p.id)
         derived = p.derived_level()
         if p.id in overrides:
             p.override = overrides[p.id]
@@ -549,4 +561,6 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
         principals += ldap_principals(ldif, {k: Level.parse(v) for k, v in settings.ldap_groups.items()})
     namespace = loaded.plan.iam_namespace()
     assert namespace is not None
-    return map_principals(principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped)
+    return map_principals(
+        principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped, settings.subjects
+    )

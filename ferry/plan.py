@@ -154,6 +154,8 @@ class Iam(_Strict):
     azure_roles: dict[str, LevelName] = Field(default_factory=dict)
     # Principal id (e.g. aws:user/alice) -> a role of the target profile, or "none" to bind nothing.
     overrides: dict[str, str] = Field(default_factory=dict)
+    # Principal id -> the name the target's identity provider knows it by (e.g. alice@corp.example.com).
+    subjects: dict[str, str] = Field(default_factory=dict)
 
 
 class Phases(_Strict):

@@ -61,14 +61,14 @@ def test_aws_action_levels(action: str, level: Level | str) -> None:
         assert isinstance(found, str) and level in found
 
 
-def example_mapping(overrides: dict[str, str] | None = None) -> Mapping:
+def example_mapping(overrides: dict[str, str] | None = None, subjects: dict[str, str] | None = None) -> Mapping:
     principals, skipped = aws_principals(json.loads((EXAMPLES / "aws-authorization-details.json").read_text()))
     principals += azure_principals(
         json.loads((EXAMPLES / "azure-role-assignments.json").read_text()), {"GPU Quota Requester": Level.READ}
     )
     levels = {"ml-engineers": Level.WRITE, "data-readers": Level.WRITE, "gpu-oncall": Level.ADMIN}
     principals += ldap_principals((EXAMPLES / "groups.ldif").read_text(), levels)
-    return map_principals(principals, "ml-training", ROLES, overrides or {}, skipped)
+    return map_principals(principals, "ml-training", ROLES, overrides or {}, skipped, subjects)
 
 
 def test_aws_export_classified_with_what_did_not_fit() -> None:
@@ -116,6 +116,22 @@ def test_overrides_that_raise_access_are_widening_and_bad_overrides_are_refused(
         example_mapping({"aws:user/zed": "compute-viewer"})
     with pytest.raises(UsageError, match="'root' is not a role of the target"):
         example_mapping({"aws:user/bob": "root"})
+
+
+def test_subjects_name_one_person_across_sources() -> None:
+    settled = {"ldap:group/data-readers": "compute-viewer"}
+    # dave (AWS, write) signs in as the Azure user alice@corp.example.com (write): one subject, one binding.
+    same = example_mapping(settled, {"aws:user/dave": "alice@corp.example.com"})
+    docs = render_rbac(same)
+    operators = next(d for d in docs if d["metadata"]["name"] == "ferry-compute-operator")["subjects"]
+    assert [s["name"] for s in operators].count("alice@corp.example.com") == 1
+    assert "dave" not in [s["name"] for s in operators]
+    assert check_rbac_bindings(docs, same).status == Status.PASS
+    # carol (AWS, admin) under the same name: two levels for one subject is ambiguous.
+    clash = example_mapping(settled, {"aws:user/carol": "alice@corp.example.com"})
+    assert {p.id for p in clash.principals if p.ambiguous} == {"aws:user/carol", "azure:user/alice@corp.example.com"}
+    with pytest.raises(UsageError, match="phases.iam.subjects: 'aws:user/zed' names no principal"):
+        example_mapping(settled, {"aws:user/zed": "zed@corp.example.com"})
 
 
 def test_azure_custom_role_is_unmapped_until_classified() -> None:
