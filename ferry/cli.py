@@ -262,6 +262,34 @@ def serve(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
 
 
 @app.command()
+def deploy(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    pool: Annotated[str, typer.Option(help="Work pool whose workers run it (created as a process pool if missing)")],
+) -> None:
+    """Register the plan as a Prefect deployment for a work pool, on its cron schedule (needs PREFECT_API_URL)."""
+    loaded = load_plan(plan)
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError("deploy needs the Prefect server the workers poll: run `ferry ui` and set PREFECT_API_URL")
+    _prefect_env()
+    from flows.deploy import deploy_plan, ensure_pool
+
+    kind = ensure_pool(pool)
+    if kind != "process":
+        raise UsageError(
+            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that run this checkout)"
+        )
+    deployment_id = deploy_plan(loaded, pool)
+    when = f"on '{loaded.plan.schedule}'" if loaded.plan.schedule else "on demand (the plan has no schedule)"
+    out.print(
+        f"deployment migrate/{loaded.plan.name} ({deployment_id}) in work pool {pool}, {when}\n"
+        f"start a worker: prefect worker start --pool {pool}\n"
+        f"run it now: prefect deployment run migrate/{loaded.plan.name}",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
 def ui(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one)")] = 4200,
 ) -> None:
