@@ -59,7 +59,7 @@ DEFAULT_AWS_SERVICES = (
 )
 # Writing to these manages identities and permissions: on the target that is the admin role.
 _AWS_ADMIN_SERVICES = frozenset({"iam", "organizations", "sso", "identitystore"})
-_READ_VERBS = ("Get", "List", "Describe", "Head", "Select", "Search", "Lookup", "View", "BatchGet", "Query", "Read")
+_READ_VERBS = ("get", "list", "describe", "head", "select", "search", "lookup", "view", "batchget", "query", "read")
 
 _AZURE_ADMIN_ROLES = frozenset(
     {
@@ -209,13 +209,14 @@ def _document(raw: Any) -> dict:
 
 def aws_action_level(action: str, services: Iterable[str]) -> Level | str:
     """The level an IAM action grants on the target, or why it has none."""
-    if action == "*":
-        return Level.ADMIN
     service, sep, verb = action.partition(":")
     service = service.lower()
+    if action == "*" or service == "*":
+        return Level.ADMIN
     if not sep or not verb:
         return f"{action!r} is not an IAM action"
-    read = verb != "*" and verb.startswith(_READ_VERBS)
+    # IAM matches action names case-insensitively.
+    read = verb != "*" and verb.lower().startswith(_READ_VERBS)
     if service in _AWS_ADMIN_SERVICES:
         return Level.READ if read else Level.ADMIN
     if service not in services:

@@ -40,6 +40,8 @@ ROLES = ["compute-viewer", "compute-operator", "compute-admin"]
     [
         ("*", Level.ADMIN),
         ("s3:GetObject", Level.READ),
+        ("S3:getobject", Level.READ),  # IAM action names are case-insensitive
+        ("*:*", Level.ADMIN),
         ("s3:Get*", Level.READ),
         ("s3:ListBucket", Level.READ),
         ("ecr:BatchGetImage", Level.READ),
