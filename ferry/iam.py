@@ -418,6 +418,9 @@ def ldap_principals(ldif: str, levels: dict[str, Level]) -> list[Principal]:
         else:
             principal.unmapped.append("LDAP groups carry no permissions: give it a level under phases.iam.ldap_groups")
         principals.append(principal)
+    unknown = sorted(set(levels) - {p.name for p in principals})
+    if unknown:
+        raise UsageError(f"phases.iam.ldap_groups: the LDIF export has no group named {', '.join(map(repr, unknown))}")
     return principals
 
 
@@ -557,6 +560,8 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
                 "`az role assignment list --all` (a JSON list)"
             )
         principals += azure_principals(assignments, {k: Level.parse(v) for k, v in settings.azure_roles.items()})
+    if settings.ldap_groups and not sources.ldif:
+        raise UsageError("phases.iam.ldap_groups: the plan names no source.iam.ldif to find the groups in")
     if sources.ldif:
         ldif = _read_export(loaded.resolve(sources.ldif), "ldif")
         principals += ldap_principals(ldif, {k: Level.parse(v) for k, v in settings.ldap_groups.items()})

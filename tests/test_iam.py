@@ -160,6 +160,8 @@ def test_ldif_continuations_base64_and_unlisted_groups() -> None:
     assert principals[0].grants and principals[1].unmapped  # the plan gave ml-ops a level, not finance
     with pytest.raises(UsageError, match="is not 'attribute: value'"):
         parse_ldif("dn: cn=x\nnonsense line\n")
+    with pytest.raises(UsageError, match="the LDIF export has no group named 'ml-opz'"):
+        ldap_principals(text, {"ml-opz": Level.READ})
 
 
 def test_rendered_bindings_are_valid_and_match_the_mapping() -> None:
