@@ -44,6 +44,8 @@ CREATE TABLE IF NOT EXISTS commits (
     committed REAL NOT NULL, rolled_back INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (plan, phase, run_id)
 ) WITHOUT ROWID;
+-- Ledgers written before the commit history: their committed phases are its first entries.
+INSERT OR IGNORE INTO commits SELECT plan, phase, run_id, input_hash, updated, 0 FROM phases WHERE status = 'committed';
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, plan TEXT NOT NULL, status TEXT NOT NULL, started REAL NOT NULL,
     updated REAL NOT NULL, audit_dir TEXT NOT NULL, flow_run_id TEXT NOT NULL DEFAULT '',
