@@ -280,6 +280,9 @@ def aws_principals(details: dict, services: Iterable[str] = DEFAULT_AWS_SERVICES
                 _aws_policy(principal, attached["PolicyName"], document, services)
         for inline in entry.get(inline_key, []):
             _aws_policy(principal, f"{inline['PolicyName']} (inline)", _document(inline["PolicyDocument"]), services)
+        boundary = (entry.get("PermissionsBoundary") or {}).get("PermissionsBoundaryArn")
+        if boundary and principal.grants:
+            principal.widened.append(f"the permissions boundary {boundary} caps it in the source; RBAC has none")
 
     members: dict[str, list[str]] = {}
     for user in details.get("UserDetailList", []):
@@ -343,22 +346,29 @@ def azure_role_level(role: str, custom: dict[str, Level]) -> Level | None:
     return None
 
 
-def azure_principals(assignments: list[dict], custom: dict[str, Level]) -> list[Principal]:
-    """Principals of `az role assignment list --all` output, one per principal, with every assignment."""
+def azure_principals(assignments: list[dict], custom: dict[str, Level]) -> tuple[list[Principal], list[str]]:
+    """Principals of `az role assignment list --all` output, one per principal, with every assignment; also
+    the assignments of principals Kubernetes cannot name (foreign groups, devices, deleted principals)."""
     kinds = {"User": "user", "Group": "group", "ServicePrincipal": "service", "MSI": "service"}
     found: dict[str, Principal] = {}
+    skipped: list[str] = []
     for assignment in assignments:
-        kind = kinds.get(assignment.get("principalType", ""))
+        kind_name = assignment.get("principalType") or ""
         name = assignment.get("principalName") or assignment.get("principalId") or ""
         role = assignment.get("roleDefinitionName") or ""
-        if kind is None or not name or not role:
+        if not kind_name or not name or not role:
+            fields = {k: assignment.get(k) for k in ("principalType", "principalName", "roleDefinitionName")}
             raise UsageError(
-                f"azure export: an assignment lacks principalType (User, Group, ServicePrincipal), principalName "
-                f"or roleDefinitionName: {json.dumps({k: assignment.get(k) for k in ('principalType', 'principalName', 'roleDefinitionName')})}"  # noqa: E501
+                "azure export: an assignment lacks principalType, principalName (or principalId) or "
+                f"roleDefinitionName: {json.dumps(fields)}"
             )
+        scope = assignment.get("scope") or "/"
+        kind = kinds.get(kind_name)
+        if kind is None:
+            skipped.append(f"azure:{kind_name}/{name}: {role} at {scope}: no Kubernetes subject for a {kind_name}")
+            continue
         pid = f"azure:{kind}/{name}"
         principal = found.setdefault(pid, Principal(pid, kind, name))
-        scope = assignment.get("scope") or "/"
         level = azure_role_level(role, custom)
         if level is None:
             principal.unmapped.append(f"{role} at {scope}: custom role; classify it under phases.iam.azure_roles")
@@ -368,7 +378,7 @@ def azure_principals(assignments: list[dict], custom: dict[str, Level]) -> list[
             principal.widened.append(f"{role}: scoped to {scope} in the source; namespace-wide on the target")
         if assignment.get("condition"):
             principal.widened.append(f"{role} at {scope}: its condition is dropped")
-    return list(found.values())
+    return list(found.values()), skipped
 
 
 def parse_ldif(text: str) -> list[dict[str, list[str]]]:
@@ -550,8 +560,9 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
                 )
         else:
             details = aws_iam_call(sources.aws, fetch_aws_details)
-        found, skipped = aws_principals(details, settings.aws_services)
+        found, not_carried = aws_principals(details, settings.aws_services)
         principals += found
+        skipped += not_carried
     if sources.azure_export:
         assignments = _read_export(loaded.resolve(sources.azure_export), "azure_export")
         if not isinstance(assignments, list):
@@ -559,7 +570,9 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
                 f"source.iam.azure_export: {sources.azure_export}: not the output of "
                 "`az role assignment list --all` (a JSON list)"
             )
-        principals += azure_principals(assignments, {k: Level.parse(v) for k, v in settings.azure_roles.items()})
+        found, not_carried = azure_principals(assignments, {k: Level.parse(v) for k, v in settings.azure_roles.items()})
+        principals += found
+        skipped += not_carried
     if settings.ldap_groups and not sources.ldif:
         raise UsageError("phases.iam.ldap_groups: the plan names no source.iam.ldif to find the groups in")
     if sources.ldif:

@@ -65,9 +65,11 @@ def test_aws_action_levels(action: str, level: Level | str) -> None:
 
 def example_mapping(overrides: dict[str, str] | None = None, subjects: dict[str, str] | None = None) -> Mapping:
     principals, skipped = aws_principals(json.loads((EXAMPLES / "aws-authorization-details.json").read_text()))
-    principals += azure_principals(
+    found, not_carried = azure_principals(
         json.loads((EXAMPLES / "azure-role-assignments.json").read_text()), {"GPU Quota Requester": Level.READ}
     )
+    principals += found
+    skipped += not_carried
     levels = {"ml-engineers": Level.WRITE, "data-readers": Level.WRITE, "gpu-oncall": Level.ADMIN}
     principals += ldap_principals((EXAMPLES / "groups.ldif").read_text(), levels)
     return map_principals(principals, "ml-training", ROLES, overrides or {}, skipped, subjects)
@@ -86,7 +88,15 @@ def test_aws_export_classified_with_what_did_not_fit() -> None:
     role = by_id["aws:role/training-job-role"]
     assert role.kind == "service" and mapping.subject(role) == ("ServiceAccount", "training-job-role")
     assert any("condition on StringEquals is dropped" in w for w in role.widened)
-    assert mapping.skipped == ["aws:role/AWSServiceRoleForSupport: service-linked role, managed by AWS itself"]
+    assert mapping.skipped == [
+        "aws:role/AWSServiceRoleForSupport: service-linked role, managed by AWS itself",
+        "azure:ForeignGroup/partner-ml-team: Reader at /subscriptions/00000000-0000-4000-8000-000000000001/"
+        "resourceGroups/ml: no Kubernetes subject for a ForeignGroup",
+    ]
+    assert any(
+        "permissions boundary arn:aws:iam::123456789012:policy/ContractorBoundary caps it" in w
+        for w in by_id["aws:user/bob"].widened
+    )
     assert by_id["azure:service/inference-api"].level == Level.READ
     assert any("storageAccounts/mldata" in w for w in by_id["azure:user/alice@corp.example.com"].widened)
     assert by_id["ldap:group/ml-engineers"].members == ["alice", "frank"]
@@ -138,9 +148,9 @@ def test_subjects_name_one_person_across_sources() -> None:
 
 def test_azure_custom_role_is_unmapped_until_classified() -> None:
     assignments = json.loads((EXAMPLES / "azure-role-assignments.json").read_text())
-    erin = next(p for p in azure_principals(assignments, {}) if p.name == "erin@corp.example.com")
+    erin = next(p for p in azure_principals(assignments, {})[0] if p.name == "erin@corp.example.com")
     assert erin.grants == [] and "classify it under phases.iam.azure_roles" in erin.unmapped[0]
-    with pytest.raises(UsageError, match="lacks principalType"):
+    with pytest.raises(UsageError, match="lacks principalType, principalName"):
         azure_principals([{"principalName": "x", "roleDefinitionName": "Reader"}], {})
 
 
