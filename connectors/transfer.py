@@ -233,8 +233,17 @@ class Stats:
 
     def add(self, **amounts: int) -> None:
         with self.lock:
-            for name, amount in amounts.items():
-                setattr(self, name, getattr(self, name) + amount)
+            self._bump(amounts)
+
+    def finished(self, started: float, **amounts: int) -> None:
+        """One object copied: its latency since started and its counters, under one lock."""
+        with self.lock:
+            self.latency.add(time.monotonic() - started)
+            self._bump({"copied": 1, **amounts})
+
+    def _bump(self, amounts: dict[str, int]) -> None:
+        for name, amount in amounts.items():
+            setattr(self, name, getattr(self, name) + amount)
 
     @property
     def bytes_moved(self) -> int:
@@ -664,9 +673,7 @@ class Transfer:
         self, action: Action, src: ObjectInfo, dst_sig: str, checksum: str | None, started: float, moved: dict[str, int]
     ) -> None:
         self.ledger.record_object(self.job, ObjectRecord(action.key, src.size, src.signature, dst_sig, checksum))
-        with self.stats.lock:
-            self.stats.latency.add(time.monotonic() - started)
-        self.stats.add(copied=1, bytes_copied=src.size, **moved)
+        self.stats.finished(started, bytes_copied=src.size, **moved)
 
     # -- large objects -----------------------------------------------------------------------------
     def _start_large(self, action: Action) -> None:
@@ -792,9 +799,7 @@ class Transfer:
         self.ledger.end_upload(self.job, job.key)
         record_sig = job.action.src.signature if job.action.src else job.info.signature
         self.ledger.record_object(self.job, ObjectRecord(job.key, job.size, record_sig, written.signature, checksum))
-        with self.stats.lock:
-            self.stats.latency.add(time.monotonic() - job.started)
-        self.stats.add(copied=1, bytes_copied=job.size)
+        self.stats.finished(job.started, bytes_copied=job.size)
         self._sched.release_large_slot()
 
     def _verify(self, job: _LargeJob, checksum: str | None) -> None:

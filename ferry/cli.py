@@ -117,6 +117,13 @@ def _prefect_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+def _server_env(needs: str) -> None:
+    """Stop with one line unless PREFECT_API_URL names a server; then set Prefect's settings for this process."""
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError(f"{needs}: run `ferry ui` and set PREFECT_API_URL")
+    _prefect_env()
+
+
 @app.command("run")
 def run_plan(
     plan: Annotated[Path, typer.Argument(help="The plan file")],
@@ -207,9 +214,7 @@ def _print_status(loaded) -> None:
 @app.command()
 def approve(run_id: Annotated[str, typer.Argument(help="The run waiting for approval")]) -> None:
     """Resume a run paused for approval (needs PREFECT_API_URL, as the UI does)."""
-    if not os.environ.get("PREFECT_API_URL"):
-        raise UsageError("approve needs the Prefect server the run reports to: set PREFECT_API_URL")
-    _prefect_env()
+    _server_env("approve needs the Prefect server the run reports to")
     from flows.approvals import approve_run
 
     approve_run(run_id)
@@ -252,9 +257,7 @@ def serve(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
     loaded = load_plan(plan)
     if not loaded.plan.schedule:
         raise UsageError(f"{plan}: schedule: the plan has no cron schedule to serve")
-    if not os.environ.get("PREFECT_API_URL"):
-        raise UsageError("serve needs a Prefect server to schedule runs on: run `ferry ui` and set PREFECT_API_URL")
-    _prefect_env()
+    _server_env("serve needs a Prefect server to schedule runs on")
     from flows.pipeline import migrate
 
     out.print(f"serving deployment migrate/{loaded.plan.name} on '{loaded.plan.schedule}'", markup=False)
@@ -268,9 +271,7 @@ def deploy(
 ) -> None:
     """Register the plan as a Prefect deployment for a work pool, on its cron schedule (needs PREFECT_API_URL)."""
     loaded = load_plan(plan)
-    if not os.environ.get("PREFECT_API_URL"):
-        raise UsageError("deploy needs the Prefect server the workers poll: run `ferry ui` and set PREFECT_API_URL")
-    _prefect_env()
+    _server_env("deploy needs the Prefect server the workers poll")
     from flows.deploy import deploy_plan, ensure_pool
 
     kind = ensure_pool(pool)
