@@ -58,6 +58,7 @@ class Ends:
     rclone_flags: list[str]
     inventory: Callable[[], tuple[int, int]]  # (objects, bytes) at the target now
     work: Path
+    server_pid: int | None = None  # the storage server's process, whose CPU time each run reports
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def moto_route(data: Dataset, work: Path, from_s3: bool) -> Iterator[Ends]:
             if done.returncode != 0 or s3_inventory(s3, "src", "p/") != (data.files, data.bytes):
                 raise RuntimeError(f"preloading the source bucket failed: {done.stderr[-2000:]}")
         yield Ends(src, Side("s3://dst/p", ":s3:dst/p"), server.env, server.endpoint, rclone_s3_flags(server),
-                   lambda: s3_inventory(s3, "dst", "p/"), work)
+                   lambda: s3_inventory(s3, "dst", "p/"), work, server.proc.pid)
     finally:
         server.stop()
 
@@ -198,7 +199,8 @@ def azurite_route(data: Dataset, work: Path) -> Iterator[Ends]:
         sas_url = f"{server.endpoint}/{AZURITE_ACCOUNT}?{sas}"
         yield Ends(Side(str(data.path), str(data.path)), Side("az://bench/p", ":azureblob:bench/p"), server.env,
                    None, ["--azureblob-sas-url", sas_url],
-                   lambda: inventory(blob.size for blob in container.list_blobs(name_starts_with="p/")), work)
+                   lambda: inventory(blob.size for blob in container.list_blobs(name_starts_with="p/")), work,
+                   server.proc.pid)
     finally:
         server.stop()
 
@@ -255,8 +257,15 @@ def command(tool: str, ends: Ends, threads: int, scenario: Scenario, report: Pat
 class Measurement:
     wall_s: float
     rss_mb: float  # peak RSS of the process tree (the largest process), 10^6 bytes
+    cpu_s: float  # user + system CPU seconds of the whole process tree
     rc: int
     tail: str
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a live process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(argv: list[str], env: dict[str, str], log: Path) -> Measurement:
@@ -273,9 +282,9 @@ def measure(argv: list[str], env: dict[str, str], log: Path) -> Measurement:
             proc.wait()
     tail = (err.read_text(errors="replace") or out.read_text(errors="replace"))[-2000:]
     if not result.exists():  # killed, or the command could not start
-        return Measurement(RUN_LIMIT_S, 0.0, proc.returncode or -1, tail)
+        return Measurement(RUN_LIMIT_S, 0.0, 0.0, proc.returncode or -1, tail)
     usage = json.loads(result.read_text())
-    return Measurement(usage["wall_s"], usage["maxrss_kib"] * 1024 / 1e6, usage["rc"], tail)
+    return Measurement(usage["wall_s"], usage["maxrss_kib"] * 1024 / 1e6, usage["cpu_s"], usage["rc"], tail)
 
 
 @dataclass
@@ -286,6 +295,8 @@ class Record:
     command: list[str]
     wall_s: float | None = None
     rss_mb: float | None = None
+    cpu_s: float | None = None  # the tool's own CPU seconds
+    server_cpu_s: float | None = None  # CPU seconds the storage server spent during the run
     error: str | None = None
     load1: float | None = None  # the 1-minute load average as the run started (others' work skews timings)
     ferry_summary: dict | None = None
@@ -297,8 +308,11 @@ def run_tool(tool: str, row: str, rep: int, scenario: Scenario, ends: Ends, data
     report = log.with_suffix(".report.json")
     argv, env = command(tool, ends, threads, scenario, report)
     record = Record(scenario.name, row, rep, argv, load1=os.getloadavg()[0])
+    server_before = process_cpu_s(ends.server_pid) if ends.server_pid else None
     m = measure(argv, env, log)
-    record.wall_s, record.rss_mb = round(m.wall_s, 3), round(m.rss_mb, 1)
+    record.wall_s, record.rss_mb, record.cpu_s = round(m.wall_s, 3), round(m.rss_mb, 1), round(m.cpu_s, 2)
+    if server_before is not None:
+        record.server_cpu_s = round(process_cpu_s(ends.server_pid) - server_before, 2)
     if tool == "ferry" and report.exists():
         record.ferry_summary = json.loads(report.read_text())["summary"]
     expected = (0, 0) if scenario.dry_run else (data.files, data.bytes)
@@ -307,8 +321,9 @@ def run_tool(tool: str, row: str, rep: int, scenario: Scenario, ends: Ends, data
     elif (found := ends.inventory()) != expected:
         record.error = "target holds {:,} objects of {:,} bytes, expected {:,} of {:,}".format(*found, *expected)
     status = f"FAILED ({record.error})" if record.error else "ok"
-    print(f"[{scenario.name} run {rep + 1}] {row}: {m.wall_s:.2f} s, {m.rss_mb:.0f} MB RSS, {status} "
-          f"(load average {record.load1:.1f} at start)", file=sys.stderr)
+    server = f", server {record.server_cpu_s:.1f} s CPU" if record.server_cpu_s is not None else ""
+    print(f"[{scenario.name} run {rep + 1}] {row}: {m.wall_s:.2f} s, {m.rss_mb:.0f} MB RSS, {m.cpu_s:.1f} s CPU"
+          f"{server}, {status} (load average {record.load1:.1f} at start)", file=sys.stderr)
     if record.error:
         print(f"  command: {' '.join(argv)}\n  output tail:\n{indent(m.tail)}", file=sys.stderr)
     return record
@@ -362,24 +377,27 @@ def preload(scenario: Scenario, ends: Ends, data: Dataset, threads: int, log: Pa
 def summarize(scenario: Scenario, records: list[Record], out: Path, quick: bool) -> tuple[list[dict], list[str]]:
     """Table rows (medians) and the goal lines for one scenario."""
     datasets = {name: ensure(name, out / "data", quick) for name in scenario.datasets}
-    labels = list(dict.fromkeys(r.row for r in records))
+    by_label: dict[str, list[Record]] = {}
+    for r in records:
+        by_label.setdefault(r.row, []).append(r)
     walls, rss, rows = {}, {}, []
-    for label in labels:
-        mine = [r for r in records if r.row == label]
-        failed = [r for r in mine if r.error]
-        if not failed:
+    for label, mine in by_label.items():
+        if not any(r.error for r in mine):
             walls[label] = statistics.median(r.wall_s for r in mine)
             rss[label] = statistics.median(r.rss_mb for r in mine)
-    for label in labels:
+    for label, mine in by_label.items():
         data = datasets[label.split(" ", 1)[1]] if len(datasets) > 1 else next(iter(datasets.values()))
-        failed = [r for r in records if r.row == label and r.error]
-        row = {"scenario": scenario.name, "tool": label, "runs": sum(r.row == label for r in records)}
+        failed = [r for r in mine if r.error]
+        row = {"scenario": scenario.name, "tool": label, "runs": len(mine)}
         if failed:
             row["failed"] = f"FAILED ({len(failed)}/{row['runs']}: {failed[0].error})"
         else:
             wall = walls[label]
             row |= {"wall_s": round(wall, 2), "mb_s": round(data.bytes / 1e6 / wall, 1),
-                    "objects_s": round(data.files / wall, 1), "rss_mb": round(rss[label], 1)}
+                    "objects_s": round(data.files / wall, 1), "rss_mb": round(rss[label], 1),
+                    "cpu_s": round(statistics.median(r.cpu_s for r in mine), 2)}
+            if all(r.server_cpu_s is not None for r in mine):
+                row["server_cpu_s"] = round(statistics.median(r.server_cpu_s for r in mine), 2)
             if label != "ferry" and "ferry" in walls:
                 row["ratio"] = round(wall / walls["ferry"], 2)
         rows.append(row)
@@ -406,7 +424,7 @@ def summarize(scenario: Scenario, records: list[Record], out: Path, quick: bool)
 
 COLUMNS = [("scenario", "scenario", ""), ("tool", "tool", ""), ("wall_s", "wall s (median)", ".2f"),
            ("mb_s", "MB/s", ".1f"), ("objects_s", "objects/s", ".1f"), ("rss_mb", "peak RSS MB", ".0f"),
-           ("ratio", "ferry/peer ratio", ".2f")]
+           ("cpu_s", "CPU s", ".1f"), ("server_cpu_s", "server CPU s", ".1f"), ("ratio", "ferry/peer ratio", ".2f")]
 
 
 def render(rows: list[dict], lines: list[str], header: str) -> str:
@@ -414,7 +432,7 @@ def render(rows: list[dict], lines: list[str], header: str) -> str:
     cells = [[title for _key, title, _fmt in COLUMNS]]
     for row in rows:
         if "failed" in row:
-            cells.append([row["scenario"], row["tool"], row["failed"], "", "", "", ""])
+            cells.append([row["scenario"], row["tool"], row["failed"], *[""] * (len(COLUMNS) - 3)])
         else:
             cells.append([format(row[key], fmt) if key in row else "-" for key, _title, fmt in COLUMNS])
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]

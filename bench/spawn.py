@@ -1,4 +1,4 @@
-"""Run one command and write its wall seconds, exit code and peak RSS (wait4's ru_maxrss) as JSON.
+"""Run one command and write its wall seconds, exit code, peak RSS (wait4's ru_maxrss) and CPU seconds as JSON.
 
     python -I -S bench/spawn.py RESULT.json COMMAND [ARGS...]
 
@@ -19,4 +19,5 @@ pid = os.posix_spawnp(argv[0], argv, os.environ)
 _pid, status, usage = os.wait4(pid, 0)
 wall = time.monotonic() - start
 with open(result, "w") as f:
-    json.dump({"wall_s": wall, "maxrss_kib": usage.ru_maxrss, "rc": os.waitstatus_to_exitcode(status)}, f)
+    json.dump({"wall_s": wall, "maxrss_kib": usage.ru_maxrss, "cpu_s": usage.ru_utime + usage.ru_stime,
+               "rc": os.waitstatus_to_exitcode(status)}, f)
