@@ -117,21 +117,34 @@ def check_data(
                 tally.problem("missing", key)
             elif cur_s.size != cur_d.size:
                 tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
+            elif (verdict := _by_ledger(cur_s, cur_d, record)) and not (deep and verdict[0] == "verified_by_ledger"):
+                _count(verdict, tally)  # settled without a request: no thread needed
             else:
                 pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
                 while len(pending) >= _WINDOW:
-                    _settle(pending.popleft(), tally)
+                    _count(pending.popleft().result(), tally)
         while pending:
-            _settle(pending.popleft(), tally)
+            _count(pending.popleft().result(), tally)
     return tally.result(settings)
 
 
-def _settle(future: Future, tally: DataTally) -> None:
-    outcome, key, detail = future.result()
-    if outcome.startswith("verified"):
-        tally.counts[outcome] += 1
+def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
+    kind, key, detail = outcome
+    if kind.startswith("verified"):
+        tally.counts[kind] += 1
     else:
-        tally.problem(outcome, key, detail)
+        tally.problem(kind, key, detail)
+
+
+def _by_ledger(src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None) -> tuple[str, str, str] | None:
+    """What the ledger's record says of an equal-sized pair without reading it, or None without a record."""
+    if record is None or record.size != src.size:
+        return None
+    if record.dst_sig != dst.signature:
+        return "changed_after_copy", src.key, "the target object was rewritten after ferry verified it"
+    if record.src_sig != src.signature:
+        return "changed_after_copy", src.key, "the source object changed after the copy"
+    return "verified_by_ledger", src.key, ""
 
 
 def _compare(
@@ -143,16 +156,13 @@ def _compare(
     settings: TransferSettings,
     deep: bool,
 ) -> tuple[str, str, str]:
-    """One object both sides hold with equal sizes: (outcome, key, detail)."""
+    """One object both sides hold with equal sizes that needs requests to settle: (outcome, key, detail).
+
+    A pair the ledger verified gets here only with deep=True, to be re-read.
+    """
     key = src.key
     try:
         if record is not None and record.size == src.size:
-            if record.dst_sig != dst.signature:
-                return "changed_after_copy", key, "the target object was rewritten after ferry verified it"
-            if record.src_sig != src.signature:
-                return "changed_after_copy", key, "the source object changed after the copy"
-            if not deep:
-                return "verified_by_ledger", key, ""
             expected = record.checksum or _hash(source, src, settings)
             held = _hash(target, dst, settings)
             return (
