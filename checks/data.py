@@ -117,7 +117,7 @@ def check_data(
                 tally.problem("missing", key)
             elif cur_s.size != cur_d.size:
                 tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
-            elif (verdict := _by_ledger(cur_s, cur_d, record)) and not (deep and verdict[0] == "verified_by_ledger"):
+            elif verdict := _by_ledger(cur_s, cur_d, record, deep):
                 _count(verdict, tally)  # settled without a request: no thread needed
             else:
                 pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
@@ -136,15 +136,18 @@ def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
         tally.problem(kind, key, detail)
 
 
-def _by_ledger(src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None) -> tuple[str, str, str] | None:
-    """What the ledger's record says of an equal-sized pair without reading it, or None without a record."""
+def _by_ledger(
+    src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None, deep: bool
+) -> tuple[str, str, str] | None:
+    """The outcome the ledger's record gives an equal-sized pair without a request, or None if it takes
+    requests: no record, or (deep) a verified pair that must be re-read."""
     if record is None or record.size != src.size:
         return None
     if record.dst_sig != dst.signature:
         return "changed_after_copy", src.key, "the target object was rewritten after ferry verified it"
     if record.src_sig != src.signature:
         return "changed_after_copy", src.key, "the source object changed after the copy"
-    return "verified_by_ledger", src.key, ""
+    return None if deep else ("verified_by_ledger", src.key, "")
 
 
 def _compare(

@@ -40,6 +40,15 @@ def check_storage_access(role: str, connector: Connector) -> CheckResult:
     return CheckResult(name, Status.PASS, {"url": connector.url}, evidence=["reached with the configured credentials"])
 
 
+def check_private_endpoint(role: str, connector: Connector) -> CheckResult:
+    """The storage endpoint is private; SKIP for storage that is not reached over the network."""
+    name = f"preflight.{role}_endpoint_private"
+    host = connector.network_host()
+    if host is None:
+        return CheckResult(name, Status.SKIP, {"url": connector.url}, evidence=["not a network endpoint"])
+    return check_private_host(name, host)
+
+
 def check_private_host(name: str, host: str) -> CheckResult:
     """Every address host resolves to is private (or loopback): no public internet hop."""
     try:
@@ -206,18 +215,7 @@ def preflight(loaded: LoadedPlan) -> list[CheckResult]:
             continue
         try:
             results.append(check_storage_access(role, connector))
-            host = connector.network_host()
-            if host is None:
-                results.append(
-                    CheckResult(
-                        f"preflight.{role}_endpoint_private",
-                        Status.SKIP,
-                        {"url": url},
-                        evidence=["not a network endpoint"],
-                    )
-                )
-            else:
-                results.append(check_private_host(f"preflight.{role}_endpoint_private", host))
+            results.append(check_private_endpoint(role, connector))
         finally:
             connector.close()
         side = getattr(loaded.plan, role)

@@ -502,10 +502,8 @@ def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retr
 
 def effective_threads(threads: int, source: Connector, target: Connector) -> int:
     """The pool size: as asked, unless neither end is a network store that could use that many."""
-    limits = [c.capabilities.useful_threads for c in (source, target)]
-    if any(limit is None for limit in limits):
-        return threads
-    return min(threads, max(limits))  # type: ignore[type-var]
+    limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
+    return min(threads, max(limits)) if len(limits) == 2 else threads
 
 
 def job_name(source: Connector, target: Connector) -> str:

@@ -536,7 +536,7 @@ def _read_export(path: Path, field_name: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"source.iam.{field_name}: {path}: cannot read: {exc.strerror or exc}") from None
-    if path.suffix in (".ldif", ".txt") or field_name == "ldif":
+    if field_name == "ldif":
         return text
     try:
         return json.loads(text)

@@ -39,15 +39,20 @@ def published(loaded: LoadedPlan) -> Path:
     return loaded.state_dir / "iam" / "rbac.yaml"
 
 
+def _replace(target: Path, text: str) -> None:
+    """Write target atomically: readers see the old bindings or the new ones, never half of them."""
+    staging = target.with_name(target.name + ".staging")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, target)
+
+
 def _publish(loaded: LoadedPlan, audit: AuditFolder, text: str) -> None:
-    """Replace the published bindings atomically; keep what was there in the audit folder."""
+    """Replace the published bindings; keep what was there in the audit folder."""
     target = published(loaded)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
         audit.write_text(PHASE, "previous-rbac.yaml", target.read_text(encoding="utf-8"))
-    staging = target.with_name(target.name + ".staging")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, target)
+    _replace(target, text)
     audit.write_json(PHASE, "published.json", {"path": str(target)})
 
 
@@ -56,9 +61,7 @@ def restore(loaded: LoadedPlan, audit_root: Path) -> str:
     folder = audit_root / PHASE
     previous, target = folder / "previous-rbac.yaml", published(loaded)
     if previous.exists():
-        staging = target.with_name(target.name + ".staging")
-        staging.write_text(previous.read_text(encoding="utf-8"), encoding="utf-8")
-        os.replace(staging, target)
+        _replace(target, previous.read_text(encoding="utf-8"))
         done = f"restored the bindings published before run {audit_root.name} at {target}"
     else:
         target.unlink(missing_ok=True)
