@@ -177,15 +177,15 @@ def status(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
 
 
 def _print_status(loaded) -> None:
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
 
-    ledger = Ledger(loaded.state_dir / "state")
+    runlog = RunLog(loaded.state_dir / "state")
     try:
-        recorded = {p.phase: p for p in ledger.phases(loaded.plan.name)}
-        live = {phase: ledger.live_commit(loaded.plan.name, phase) for phase in recorded}
-        runs = ledger.runs(loaded.plan.name, limit=5)
+        recorded = {p.phase: p for p in runlog.phases(loaded.plan.name)}
+        live = {phase: runlog.live_commit(loaded.plan.name, phase) for phase in recorded}
+        runs = runlog.runs(loaded.plan.name, limit=5)
     finally:
-        ledger.close()
+        runlog.close()
     table = Table(title=f"plan {loaded.plan.name}", show_header=True)
     for column in ("phase", "status", "gate", "inputs", "run", "detail"):
         table.add_column(column)
@@ -227,7 +227,7 @@ def rollback(
     phase: Annotated[str, typer.Option(help="The phase to undo")],
 ) -> None:
     """Undo the last committed run of one phase; other phases stay as they are."""
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
 
     loaded = load_plan(plan)
     if phase not in loaded.plan.enabled_phases():
@@ -235,19 +235,19 @@ def rollback(
     _prefect_env()
     from flows.pipeline import PHASES
 
-    ledger = Ledger(loaded.state_dir / "state")
+    runlog = RunLog(loaded.state_dir / "state")
     try:
-        live = ledger.live_commit(loaded.plan.name, phase)
+        live = runlog.live_commit(loaded.plan.name, phase)
         if live is None:
             raise UsageError(f"{phase} has no committed run to roll back")
         run_id = live[0]
-        run_record = ledger.run(run_id)
+        run_record = runlog.run(run_id)
         if run_record is None:
-            raise UsageError(f"{phase}: the ledger has no record of run {run_id}, which committed it")
+            raise UsageError(f"{phase}: the runlog has no record of run {run_id}, which committed it")
         done = PHASES[phase].rollback(loaded, Path(run_record.audit_dir))
-        ledger.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
+        runlog.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
     finally:
-        ledger.close()
+        runlog.close()
     out.print(f"rolled back {phase} of run {run_id}: {done}", markup=False, highlight=False)
 
 
@@ -325,7 +325,7 @@ def describe_phase(loaded, phase: str) -> str:
         return (
             f"copy what is missing or different from {loaded.storage('source')} to {loaded.storage('target')} "
             f"({sync.threads} threads; shards: {shards}; delete extraneous: {'yes' if sync.delete else 'no'}), "
-            f"then the data gate ({'re-reading every object' if gate.deep_verify else 'sizes, checksums, ledger'})"
+            f"then the data gate ({'re-reading every object' if gate.deep_verify else 'sizes, checksums, runlog'})"
         )
     raise ValueError(phase)
 
@@ -375,7 +375,7 @@ def sync(
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
     ] = False,
-    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the ledger lives")] = Path(
+    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the runlog lives")] = Path(
         ".ferry/state"
     ),
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here")] = None,

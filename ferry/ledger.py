@@ -1,5 +1,7 @@
 """The durable record of a sync (SQLite, WAL): finished objects and multipart uploads with their parts.
 
+The pipeline's runs and phase commits are in the run log (ferry/runlog.py), not here.
+
 A killed run resumes from it: finished objects are skipped by the diff, and a multipart upload
 picks up its upload id and re-sends only the parts that were not recorded. Parts are committed
 one by one (they are large and few); finished objects are committed in batches, because a
@@ -33,24 +35,6 @@ CREATE TABLE IF NOT EXISTS parts (
     size INTEGER NOT NULL, etag TEXT NOT NULL, crc32c INTEGER,
     PRIMARY KEY (job, key, upload_id, number)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS phases (
-    plan TEXT NOT NULL, phase TEXT NOT NULL, input_hash TEXT NOT NULL, status TEXT NOT NULL,
-    run_id TEXT NOT NULL, updated REAL NOT NULL, detail TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (plan, phase)
-) WITHOUT ROWID;
--- Every commit of a phase; the newest one not rolled back is what is live on the target.
-CREATE TABLE IF NOT EXISTS commits (
-    plan TEXT NOT NULL, phase TEXT NOT NULL, run_id TEXT NOT NULL, input_hash TEXT NOT NULL,
-    committed REAL NOT NULL, rolled_back INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (plan, phase, run_id)
-) WITHOUT ROWID;
--- Ledgers written before the commit history: their committed phases are its first entries.
-INSERT OR IGNORE INTO commits SELECT plan, phase, run_id, input_hash, updated, 0 FROM phases WHERE status = 'committed';
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, plan TEXT NOT NULL, status TEXT NOT NULL, started REAL NOT NULL,
-    updated REAL NOT NULL, audit_dir TEXT NOT NULL, flow_run_id TEXT NOT NULL DEFAULT '',
-    detail TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
 """
 _BATCH_ROWS = 512
 _BATCH_SECONDS = 0.5
@@ -65,31 +49,6 @@ class ObjectRecord:
     src_sig: str
     dst_sig: str
     checksum: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseRecord:
-    """A phase's last outcome for a plan: committed, failed, rolled_back or running."""
-
-    plan: str
-    phase: str
-    input_hash: str
-    status: str
-    run_id: str
-    updated: float
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    run_id: str
-    plan: str
-    status: str
-    started: float
-    updated: float
-    audit_dir: str
-    flow_run_id: str
-    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,80 +164,3 @@ class Ledger:
             self._conn.execute("BEGIN")
             self._conn.execute("DELETE FROM parts WHERE job = ? AND key = ?", (job, key))
             self._conn.execute("DELETE FROM uploads WHERE job = ? AND key = ?", (job, key))
-
-    # -- pipeline phases and runs ---------------------------------------------------------------
-    def phase(self, plan: str, phase: str) -> PhaseRecord | None:
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM phases WHERE plan = ? AND phase = ?", (plan, phase)).fetchone()
-        return PhaseRecord(*row) if row else None
-
-    def phases(self, plan: str) -> list[PhaseRecord]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM phases WHERE plan = ?", (plan,)).fetchall()
-        return [PhaseRecord(*row) for row in rows]
-
-    def set_phase(self, plan: str, phase: str, input_hash: str, status: str, run_id: str, detail: str = "") -> None:
-        """Record a phase's latest outcome; a commit also joins the phase's commit history."""
-        now = time.time()
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN")
-            self._conn.execute(
-                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (plan, phase, input_hash, status, run_id, now, detail),
-            )
-            if status == "committed":
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO commits VALUES (?, ?, ?, ?, ?, 0)", (plan, phase, run_id, input_hash, now)
-                )
-
-    def live_commit(self, plan: str, phase: str) -> tuple[str, str] | None:
-        """(run id, input hash) of the newest commit of the phase not rolled back: what the target holds."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT run_id, input_hash FROM commits WHERE plan = ? AND phase = ? AND rolled_back = 0 "
-                "ORDER BY committed DESC LIMIT 1",
-                (plan, phase),
-            ).fetchone()
-        return (row[0], row[1]) if row else None
-
-    def roll_back_commit(self, plan: str, phase: str, run_id: str, detail: str) -> None:
-        """Mark one commit undone; the phase's latest outcome says so."""
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN")
-            self._conn.execute(
-                "UPDATE commits SET rolled_back = 1 WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
-            )
-            row = self._conn.execute(
-                "SELECT input_hash FROM commits WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
-            ).fetchone()
-            self._conn.execute(
-                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (plan, phase, row[0] if row else "", "rolled_back", run_id, time.time(), detail),
-            )
-
-    def start_run(self, run_id: str, plan: str, audit_dir: str, flow_run_id: str = "") -> None:
-        now = time.time()
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, plan, "running", now, now, audit_dir, flow_run_id, ""),
-            )
-
-    def end_run(self, run_id: str, status: str, detail: str = "") -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE runs SET status = ?, updated = ?, detail = ? WHERE run_id = ?",
-                (status, time.time(), detail, run_id),
-            )
-
-    def runs(self, plan: str, limit: int = 10) -> list[RunRecord]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT * FROM runs WHERE plan = ? ORDER BY started DESC LIMIT ?", (plan, limit)
-            ).fetchall()
-        return [RunRecord(*row) for row in rows]
-
-    def run(self, run_id: str) -> RunRecord | None:
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return RunRecord(*row) if row else None

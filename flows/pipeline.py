@@ -1,7 +1,7 @@
 """The migration pipeline: the plan's phases in order, each a subflow in its own transaction, a gate after each.
 
 A failed gate or an error rolls back that phase only (its tasks' on_rollback hooks run);
-earlier committed phases stay as they are. The ledger records each phase's input hash and
+earlier committed phases stay as they are. The runlog records each phase's input hash and
 outcome, so running the plan again skips phases committed with the same inputs and resumes
 the first one that did not commit.
 """
@@ -24,8 +24,8 @@ from checks.base import CheckResult, Status
 from checks.preflight import preflight
 from ferry.audit import AuditFolder
 from ferry.errors import GateFailed, UsageError
-from ferry.ledger import Ledger
 from ferry.plan import LoadedPlan, load_plan
+from ferry.runlog import RunLog
 from flows import data_sync, iam_mapping
 
 log = structlog.get_logger("ferry.flows.pipeline")
@@ -104,10 +104,10 @@ def migrate(
     for name in [*(only or []), *(force or [])]:
         if name not in plan.enabled_phases():
             raise UsageError(f"{name!r} is not a phase of this plan ({', '.join(plan.enabled_phases())})")
-    ledger = Ledger(loaded.state_dir / "state")
+    runlog = RunLog(loaded.state_dir / "state")
     audit = AuditFolder(loaded.state_dir / "runs" / run_id)
     audit.write_text("plan", "plan.yaml", loaded.masked())
-    ledger.start_run(run_id, plan.name, str(audit.root), str(runtime.flow_run.id or ""))
+    runlog.start_run(run_id, plan.name, str(audit.root), str(runtime.flow_run.id or ""))
     structlog.contextvars.bind_contextvars(run_id=run_id)
     outcomes: dict[str, str] = {}
     try:
@@ -117,27 +117,27 @@ def migrate(
                 continue
             structlog.contextvars.bind_contextvars(phase=phase)
             digest = loaded.input_hash(phase)
-            last = ledger.phase(plan.name, phase)
+            last = runlog.phase(plan.name, phase)
             if last and last.status == "committed" and last.input_hash == digest and phase not in (force or []):
                 log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
                 outcomes[phase] = "skipped"
                 continue
             if phase in plan.approve_before:
                 _approve(loaded, phase, run_id, approval_timeout_s)
-            ledger.set_phase(plan.name, phase, digest, "running", run_id)
+            runlog.set_phase(plan.name, phase, digest, "running", run_id)
             try:
                 outcomes[phase] = _run_phase(loaded, phase, audit)
             except Exception as exc:
-                ledger.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
+                runlog.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
                 raise
-            ledger.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
-        ledger.end_run(run_id, "completed")
+            runlog.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
+        runlog.end_run(run_id, "completed")
     except BaseException as exc:
-        ledger.end_run(run_id, "failed", str(exc))
+        runlog.end_run(run_id, "failed", str(exc))
         raise
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "phase")
-        ledger.close()
+        runlog.close()
     return {"run_id": run_id, "audit": str(audit.root), "phases": outcomes}
 
 

@@ -37,7 +37,7 @@ def write_two_phase_plan(root: Path, name: str, allow_extra: bool = True) -> Pat
 
 def test_second_phase_fails_its_gate_first_stays_and_a_fixed_rerun_resumes(prefect_api, tmp_path) -> None:
     from ferry.errors import GateFailed
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
     from flows.pipeline import migrate, new_run_id
 
     plan = write_two_phase_plan(tmp_path, "second-fails", allow_extra=False)
@@ -56,10 +56,10 @@ def test_second_phase_fails_its_gate_first_stays_and_a_fixed_rerun_resumes(prefe
     rendered = tmp_path / ".ferry" / "runs" / run_id / "iam" / "rbac.yaml"
     assert published.read_text() == rendered.read_text() and "ferry-compute-admin" in published.read_text()
     assert not (tmp_path / ".ferry" / "runs" / run_id / "iam" / "rollback.json").exists()
-    ledger = Ledger(tmp_path / ".ferry" / "state")
-    assert ledger.phase("second-fails", "iam").status == "committed"
-    assert ledger.phase("second-fails", "data_sync").status == "rolled_back"
-    ledger.close()
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("second-fails", "iam").status == "committed"
+    assert runlog.phase("second-fails", "data_sync").status == "rolled_back"
+    runlog.close()
 
     code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert code == 0

@@ -59,7 +59,7 @@ def artifacts(flow_run_name: str) -> dict[str, str]:
 
 
 def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, tmp_path) -> None:
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
     from flows.pipeline import migrate, new_run_id
 
     plan = write_plan(tmp_path, "commit-then-skip")
@@ -79,14 +79,14 @@ def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, t
     assert again["phases"] == {"preflight": "PASS", "data_sync": "skipped"}
     forced = migrate(plan_path=str(plan), force=["data_sync"])
     assert forced["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
-    ledger = Ledger(tmp_path / ".ferry" / "state")
-    assert [r.status for r in ledger.runs("commit-then-skip")] == ["completed"] * 3
-    ledger.close()
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert [r.status for r in runlog.runs("commit-then-skip")] == ["completed"] * 3
+    runlog.close()
 
 
 def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api, tmp_path) -> None:
     from ferry.errors import GateFailed
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
     from flows.pipeline import migrate
 
     plan = write_plan(tmp_path, "gate-fails", allow_extra=False)
@@ -97,10 +97,10 @@ def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api,
         migrate(plan_path=str(plan))
     # The rollback hooks deleted what the phase created; what was there before stays.
     assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["stray.bin"]
-    ledger = Ledger(tmp_path / ".ferry" / "state")
-    phase = ledger.phase("gate-fails", "data_sync")
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    phase = runlog.phase("gate-fails", "data_sync")
     assert phase.status == "rolled_back" and "gate failed" in phase.detail
-    ledger.close()
+    runlog.close()
 
     stray.unlink()  # the cause, fixed
     outcome = migrate(plan_path=str(plan))
@@ -145,7 +145,7 @@ def test_timed_out_approval_changes_nothing(prefect_api, tmp_path) -> None:
 
 def test_failed_preflight_stops_before_any_phase(prefect_api, tmp_path) -> None:
     from ferry.errors import GateFailed
-    from ferry.ledger import Ledger
+    from ferry.runlog import RunLog
     from flows.pipeline import migrate
 
     plan = write_plan(tmp_path, "preflight-fails")
@@ -153,6 +153,6 @@ def test_failed_preflight_stops_before_any_phase(prefect_api, tmp_path) -> None:
     with pytest.raises(GateFailed, match="preflight failed, nothing was changed.*missing: no such directory"):
         migrate(plan_path=str(plan))
     assert not (tmp_path / "dst").exists()
-    ledger = Ledger(tmp_path / ".ferry" / "state")
-    assert ledger.phase("preflight-fails", "data_sync") is None
-    ledger.close()
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("preflight-fails", "data_sync") is None
+    runlog.close()

@@ -1,0 +1,183 @@
+"""The run log (SQLite, WAL): runs, each phase's latest outcome, and the history of its commits.
+
+It is the pipeline's record, apart from the transfer state (objects, multipart uploads and
+parts, kept per shard beside the engine), so that shards can run on other workers while the
+run log stays with the pipeline. A state directory written by ferry 0.1, where both lived in
+one `ledger.sqlite`, has its runs, phases and commits copied into the run log on first open.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE = "runlog.sqlite"
+# ferry 0.1 kept the run log and the transfer state in one file.
+LEGACY_FILE = "ledger.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS phases (
+    plan TEXT NOT NULL, phase TEXT NOT NULL, input_hash TEXT NOT NULL, status TEXT NOT NULL,
+    run_id TEXT NOT NULL, updated REAL NOT NULL, detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (plan, phase)
+) WITHOUT ROWID;
+-- Every commit of a phase; the newest one not rolled back is what is live on the target.
+CREATE TABLE IF NOT EXISTS commits (
+    plan TEXT NOT NULL, phase TEXT NOT NULL, run_id TEXT NOT NULL, input_hash TEXT NOT NULL,
+    committed REAL NOT NULL, rolled_back INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (plan, phase, run_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, plan TEXT NOT NULL, status TEXT NOT NULL, started REAL NOT NULL,
+    updated REAL NOT NULL, audit_dir TEXT NOT NULL, flow_run_id TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRecord:
+    """A phase's last outcome for a plan: committed, failed, rolled_back or running."""
+
+    plan: str
+    phase: str
+    input_hash: str
+    status: str
+    run_id: str
+    updated: float
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    plan: str
+    status: str
+    started: float
+    updated: float
+    audit_dir: str
+    flow_run_id: str
+    detail: str
+
+
+def _migrate_legacy(conn: sqlite3.Connection, legacy: Path) -> None:
+    """Copy the run log out of a ferry 0.1 ledger; its committed phases start the commit history."""
+    conn.execute("ATTACH DATABASE ? AS legacy", (f"file:{legacy}?mode=ro",))
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM legacy.sqlite_master WHERE type = 'table'")}
+        with conn:
+            conn.execute("BEGIN")
+            if "phases" in tables:
+                conn.execute("INSERT OR IGNORE INTO phases SELECT * FROM legacy.phases")
+            if "commits" in tables:
+                conn.execute("INSERT OR IGNORE INTO commits SELECT * FROM legacy.commits")
+            if "runs" in tables:
+                conn.execute("INSERT OR IGNORE INTO runs SELECT * FROM legacy.runs")
+            # Ledgers written before the commit history: their committed phases are its first entries.
+            conn.execute(
+                "INSERT OR IGNORE INTO commits SELECT plan, phase, run_id, input_hash, updated, 0 FROM phases"
+                " WHERE status = 'committed'"
+            )
+    finally:
+        conn.execute("DETACH DATABASE legacy")
+
+
+class RunLog:
+    """One state directory's run log; safe to share between threads."""
+
+    def __init__(self, state_dir: Path):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / FILE
+        new = not self.path.exists()
+        self._conn = sqlite3.connect(
+            f"file:{self.path}", uri=True, timeout=30, check_same_thread=False, isolation_level=None
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(_SCHEMA)
+        legacy = state_dir / LEGACY_FILE
+        if new and legacy.exists():
+            _migrate_legacy(self._conn, legacy)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def phase(self, plan: str, phase: str) -> PhaseRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM phases WHERE plan = ? AND phase = ?", (plan, phase)).fetchone()
+        return PhaseRecord(*row) if row else None
+
+    def phases(self, plan: str) -> list[PhaseRecord]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM phases WHERE plan = ?", (plan,)).fetchall()
+        return [PhaseRecord(*row) for row in rows]
+
+    def set_phase(self, plan: str, phase: str, input_hash: str, status: str, run_id: str, detail: str = "") -> None:
+        """Record a phase's latest outcome; a commit also joins the phase's commit history."""
+        now = time.time()
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute(
+                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (plan, phase, input_hash, status, run_id, now, detail),
+            )
+            if status == "committed":
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO commits VALUES (?, ?, ?, ?, ?, 0)", (plan, phase, run_id, input_hash, now)
+                )
+
+    def live_commit(self, plan: str, phase: str) -> tuple[str, str] | None:
+        """(run id, input hash) of the newest commit of the phase not rolled back: what the target holds."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT run_id, input_hash FROM commits WHERE plan = ? AND phase = ? AND rolled_back = 0 "
+                "ORDER BY committed DESC LIMIT 1",
+                (plan, phase),
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def roll_back_commit(self, plan: str, phase: str, run_id: str, detail: str) -> None:
+        """Mark one commit undone; the phase's latest outcome says so."""
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute(
+                "UPDATE commits SET rolled_back = 1 WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
+            )
+            row = self._conn.execute(
+                "SELECT input_hash FROM commits WHERE plan = ? AND phase = ? AND run_id = ?", (plan, phase, run_id)
+            ).fetchone()
+            self._conn.execute(
+                "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (plan, phase, row[0] if row else "", "rolled_back", run_id, time.time(), detail),
+            )
+
+    def start_run(self, run_id: str, plan: str, audit_dir: str, flow_run_id: str = "") -> None:
+        now = time.time()
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, plan, "running", now, now, audit_dir, flow_run_id, ""),
+            )
+
+    def end_run(self, run_id: str, status: str, detail: str = "") -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE runs SET status = ?, updated = ?, detail = ? WHERE run_id = ?",
+                (status, time.time(), detail, run_id),
+            )
+
+    def runs(self, plan: str, limit: int = 10) -> list[RunRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM runs WHERE plan = ? ORDER BY started DESC LIMIT ?", (plan, limit)
+            ).fetchall()
+        return [RunRecord(*row) for row in rows]
+
+    def run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return RunRecord(*row) if row else None
