@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from checks.base import CheckResult, Status
 from connectors.base import Connector, ObjectInfo
 from connectors.transfer import (
     COMPARE,
@@ -27,6 +26,7 @@ from connectors.transfer import (
     retrying,
 )
 from ferry.ledger import Ledger, ObjectRecord
+from ferry.results import CheckResult, Status
 
 NAME = "data.target_matches_source"
 _EVIDENCE_KEPT = 20

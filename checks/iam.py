@@ -3,8 +3,8 @@ the rendered bindings are what the mapping decided and valid Kubernetes objects.
 
 from __future__ import annotations
 
-from checks.base import CheckResult, Status
 from ferry.iam import RBAC_GROUP, Level, Mapping
+from ferry.results import CheckResult, Status
 
 
 def check_iam_coverage(mapping: Mapping, min_coverage: float) -> CheckResult:

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from checks.base import CheckResult, Status
 from connectors.base import Connector
 from ferry.errors import FerryError
+from ferry.results import CheckResult, Status
 
 if TYPE_CHECKING:
     from ferry.plan import Cluster, LoadedPlan

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from checks.base import CheckResult
+from ferry.results import CheckResult
 
 
 def gate_markdown(phase: str, results: list[CheckResult]) -> str:

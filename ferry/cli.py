@@ -21,12 +21,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from checks.base import Status
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, UsageError
 from ferry.plan import load_plan
 from ferry.profiles import load_profiles
+from ferry.results import Status
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks.base import CheckResult, Status
 from checks.data import NAME, DataTally, check_data
 from connectors.base import redact_url
 from connectors.registry import open_connector
@@ -20,6 +19,7 @@ from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort
 from ferry.errors import FerryError
 from ferry.ledger import Ledger
 from ferry.profiles import Profile
+from ferry.results import CheckResult, Status
 
 
 @dataclass

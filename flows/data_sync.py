@@ -19,7 +19,6 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import get_transaction
 
-from checks.base import CheckResult
 from checks.data import check_data
 from connectors.registry import open_connector
 from connectors.transfer import COPY, Action, Stats, TransferSettings
@@ -27,6 +26,7 @@ from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
 from ferry.ledger import Ledger
 from ferry.plan import LoadedPlan, load_plan
+from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
 from flows.retry import transient_retries
 

@@ -20,11 +20,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import transaction
 
-from checks.base import CheckResult, Status
 from checks.preflight import preflight
 from ferry.audit import AuditFolder
 from ferry.errors import GateFailed, UsageError
 from ferry.plan import LoadedPlan, load_plan
+from ferry.results import CheckResult, Status, blocking, gate_status
 from ferry.runlog import RunLog
 from flows import data_sync, iam_mapping
 
@@ -50,18 +50,6 @@ PHASES = {
         data_sync.data_sync_flow, data_sync.describe, data_sync.undo_unfinished, data_sync.rollback_committed
     ),
 }
-
-
-def gate_status(results: list[CheckResult], strict: bool) -> Status:
-    """FAIL if a check failed (or, strict, warned); else WARN if one warned; else PASS."""
-    if blocking(results, strict):
-        return Status.FAIL
-    return Status.WARN if any(r.status == Status.WARN for r in results) else Status.PASS
-
-
-def blocking(results: list[CheckResult], strict: bool) -> list[CheckResult]:
-    """The results that fail the gate: FAIL, and under strict WARN too."""
-    return [r for r in results if r.status == Status.FAIL or (strict and r.status == Status.WARN)]
 
 
 def new_run_id(plan_path: str) -> str:

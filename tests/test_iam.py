@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from checks.base import Status
 from checks.iam import (
     check_iam_ambiguous,
     check_iam_coverage,
@@ -30,6 +29,7 @@ from ferry.iam import (
     parse_ldif,
     render_rbac,
 )
+from ferry.results import Status
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "iam"
 ROLES = ["compute-viewer", "compute-operator", "compute-admin"]

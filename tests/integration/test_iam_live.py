@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import secrets
 
-from checks.base import Status
 from checks.preflight import check_iam_sources
 from ferry.iam import Level, read_sources
 from ferry.plan import load_plan
+from ferry.results import Status
 from tests.cli_runner import run_cli
 from tests.servers import free_port
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import http.server
 import threading
 
-from checks.base import Status
 from checks.preflight import check_cluster, check_registry, preflight
 from ferry.plan import load_plan
+from ferry.results import Status
 from tests.servers import free_port
 
 PLAN = """\

@@ -10,13 +10,13 @@ from pathlib import Path
 import boto3
 import pytest
 
-from checks.base import Status
 from checks.data import check_data
 from connectors.base import WriteSpec
 from connectors.checksum import crc32c
 from connectors.registry import open_connector
 from connectors.transfer import TransferSettings
 from ferry.ledger import Ledger
+from ferry.results import Status
 from ferry.sync import run_sync
 from tests.integration.faultproxy import FaultProxy
 

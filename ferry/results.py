@@ -1,4 +1,4 @@
-"""CheckResult: what a check measured, against what threshold, with what evidence."""
+"""CheckResult (what a check measured, against what threshold, with what evidence) and the gate verdict."""
 
 from __future__ import annotations
 
@@ -31,3 +31,15 @@ class CheckResult:
         data = asdict(self)
         data["status"] = self.status.value
         return data
+
+
+def blocking(results: list[CheckResult], strict: bool) -> list[CheckResult]:
+    """The results that fail a gate: FAIL, and under strict WARN too."""
+    return [r for r in results if r.status == Status.FAIL or (strict and r.status == Status.WARN)]
+
+
+def gate_status(results: list[CheckResult], strict: bool) -> Status:
+    """FAIL if a check failed (or, strict, warned); else WARN if one warned; else PASS."""
+    if blocking(results, strict):
+        return Status.FAIL
+    return Status.WARN if any(r.status == Status.WARN for r in results) else Status.PASS
