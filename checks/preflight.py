@@ -24,7 +24,7 @@ from ferry.errors import FerryError
 from ferry.results import CheckResult, Status
 
 if TYPE_CHECKING:
-    from ferry.plan import Cluster, LoadedPlan
+    from ferry.plan import AwsIamSource, Cluster, LoadedPlan
 
 
 def check_storage_access(role: str, connector: Connector) -> CheckResult:
@@ -174,18 +174,17 @@ def check_state_dir_writable(path: Path) -> CheckResult:
     return CheckResult(name, Status.PASS, {"path": str(path)})
 
 
-def check_iam_sources(loaded: LoadedPlan) -> CheckResult:
-    """The IAM exports the plan names are readable, and the live IAM API answers with its credentials."""
+def check_iam_sources(exports: list[Path], aws: AwsIamSource | None) -> CheckResult:
+    """The IAM export files are readable, and the live IAM API (aws without an export) answers."""
     from ferry.iam import aws_iam_call
 
     name = "preflight.iam_sources"
     problems, reached = [], []
-    for path in loaded.iam_exports():
+    for path in exports:
         if os.access(path, os.R_OK) and path.is_file():
             reached.append(str(path))
         else:
             problems.append(f"{path}: not a readable file")
-    aws = loaded.plan.source.iam.aws if loaded.plan.source.iam else None
     if aws is not None and not aws.export:
         try:
             aws_iam_call(aws, lambda client: client.list_users(MaxItems=1))
@@ -201,7 +200,10 @@ def check_iam_sources(loaded: LoadedPlan) -> CheckResult:
 
 
 def preflight(loaded: LoadedPlan) -> list[CheckResult]:
-    """All preflight checks of a plan: both storage ends, the IAM sources, the ledger's directory."""
+    """The plan-wide preflight checks: both storage ends, registries, clusters, the state directory.
+
+    Each phase adds its own (Phase.preflight); the pipeline runs both.
+    """
     from connectors.registry import open_connector
 
     results = []
@@ -223,7 +225,5 @@ def preflight(loaded: LoadedPlan) -> list[CheckResult]:
             results += check_registry(role, side.registry)
         if side.cluster:
             results += check_cluster(role, side.cluster, loaded)
-    if loaded.plan.phases.iam is not None:
-        results.append(check_iam_sources(loaded))
     results.append(check_state_dir_writable(loaded.state_dir / "state"))
     return results

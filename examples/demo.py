@@ -2,7 +2,8 @@
 
 Generates a sample dataset, starts an embedded S3 server (moto) for the `meta://` target,
 runs `ferry run` (Prefect's ephemeral API unless PREFECT_API_URL is set), then runs it again to
-show the resume (a committed phase with unchanged inputs is skipped).
+show the resume: iam, committed with unchanged exports, is skipped; data_sync diffs the storage
+again and copies nothing.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main() -> int:
         if first.returncode != 0:
             return first.returncode
         print(
-            f"\n$ ferry run {PLAN.relative_to(ROOT)}   # again: committed with the same inputs, so skipped", flush=True
+            f"\n$ ferry run {PLAN.relative_to(ROOT)}   # again: iam is skipped, data_sync copies nothing new",
+            flush=True,
         )
         second = subprocess.run([*ferry, "run", str(PLAN)], env=env, check=False)
         if not os.environ.get("PREFECT_API_URL"):

@@ -24,6 +24,8 @@ from rich.table import Table
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, UsageError
+from ferry.phases.base import open_phase
+from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan
 from ferry.profiles import load_profiles
 from ferry.results import Status
@@ -76,8 +78,6 @@ def plan_show(
     preflight: Annotated[bool, typer.Option("--preflight/--no-preflight", help="Run the preflight checks")] = True,
 ) -> None:
     """The resolved plan (secrets masked), what each phase will do, and the preflight checks."""
-    from checks.preflight import preflight as run_preflight
-
     loaded = load_plan(path)
     plan = loaded.plan
     out.rule(f"plan {plan.name} ({path})")
@@ -85,7 +85,8 @@ def plan_show(
     out.rule("what each phase will do")
     for phase in plan.enabled_phases():
         pause = " (pauses for approval first)" if phase in plan.approve_before else ""
-        out.print(f"{phase}{pause}: {describe_phase(loaded, phase)}", markup=False, highlight=False)
+        summary = open_phase(loaded, phase).summary()
+        out.print(f"{phase}{pause}: {summary}", markup=False, highlight=False)
     t = loaded.target
     out.print(
         f"target profile {t.name}: base image {t.base_image}; GPU resource {t.gpu_resource}; "
@@ -100,7 +101,7 @@ def plan_show(
             out.print(f"{name}: {'set' if name in os.environ else 'NOT SET'}", markup=False, highlight=False)
     if preflight:
         out.rule("preflight")
-        results = run_preflight(loaded)
+        results = preflight_checks(loaded)
         table = Table(show_header=True)
         for column in ("check", "status", "evidence"):
             table.add_column(column)
@@ -194,7 +195,7 @@ def _print_status(loaded) -> None:
         if rec is None:
             table.add_row(phase, "not run", "", "", "", "")
             continue
-        inputs = "unchanged" if rec.input_hash == loaded.input_hash(phase) else "changed since"
+        inputs = "unchanged" if rec.input_hash == open_phase(loaded, phase).input_hash() else "changed since"
         gate = rec.detail if rec.status == "committed" else ""
         detail = "" if rec.status == "committed" else rec.detail
         if rec.status != "committed" and live.get(phase):
@@ -232,9 +233,6 @@ def rollback(
     loaded = load_plan(plan)
     if phase not in loaded.plan.enabled_phases():
         raise UsageError(f"--phase: {phase!r} is not a phase of {plan} ({', '.join(loaded.plan.enabled_phases())})")
-    _prefect_env()
-    from flows.pipeline import PHASES
-
     runlog = RunLog(loaded.state_dir / "state")
     try:
         live = runlog.live_commit(loaded.plan.name, phase)
@@ -243,8 +241,8 @@ def rollback(
         run_id = live[0]
         run_record = runlog.run(run_id)
         if run_record is None:
-            raise UsageError(f"{phase}: the runlog has no record of run {run_id}, which committed it")
-        done = PHASES[phase].rollback(loaded, Path(run_record.audit_dir))
+            raise UsageError(f"{phase}: the run log has no record of run {run_id}, which committed it")
+        done = open_phase(loaded, phase).rollback(Path(run_record.audit_dir))
         runlog.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
     finally:
         runlog.close()
@@ -299,35 +297,6 @@ def ui(
     from flows.server import serve_ui
 
     serve_ui(port, out)
-
-
-def describe_phase(loaded, phase: str) -> str:
-    plan = loaded.plan
-    if phase == "iam":
-        sources = plan.source.iam
-        named = [
-            f"AWS IAM {'export ' + sources.aws.export if sources.aws.export else 'API'}" if sources.aws else "",
-            f"Azure role assignments {sources.azure_export}" if sources.azure_export else "",
-            f"LDAP groups {sources.ldif}" if sources.ldif else "",
-        ]
-        gate = plan.gates.iam
-        return (
-            f"map principals of {', '.join(n for n in named if n)} to the roles of {loaded.target.name} "
-            f"({', '.join(loaded.target.rbac_roles)}) in namespace {plan.iam_namespace()}, render RoleBindings "
-            f"and publish them to {loaded.state_dir / 'iam' / 'rbac.yaml'}; gate: coverage >= {gate.min_coverage:.0%}, "
-            f"ambiguous <= {gate.max_ambiguous}, widening {'reported' if gate.allow_widening else 'fails'}, "
-            "bindings valid against the Kubernetes schema"
-        )
-    if phase == "data_sync":
-        sync = plan.phases.data_sync
-        shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
-        gate = plan.gates.data_sync
-        return (
-            f"copy what is missing or different from {loaded.storage('source')} to {loaded.storage('target')} "
-            f"({sync.threads} threads; shards: {shards}; delete extraneous: {'yes' if sync.delete else 'no'}), "
-            f"then the data gate ({'re-reading every object' if gate.deep_verify else 'sizes, checksums, runlog'})"
-        )
-    raise ValueError(phase)
 
 
 def credential_refs(plan) -> set[str]:

@@ -27,6 +27,7 @@ from urllib.parse import unquote
 from ferry.errors import UsageError
 
 if TYPE_CHECKING:
+    from ferry.phases.iam import IamSettings
     from ferry.plan import AwsIamSource, LoadedPlan
 
 
@@ -544,10 +545,10 @@ def _read_export(path: Path, field_name: str) -> Any:
         raise UsageError(f"source.iam.{field_name}: {path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
 
 
-def read_sources(loaded: LoadedPlan) -> Mapping:
-    """Read every IAM source the plan names and map its principals to the target's roles."""
-    settings, sources = loaded.plan.phases.iam, loaded.plan.source.iam
-    assert settings is not None and sources is not None
+def read_sources(loaded: LoadedPlan, settings: IamSettings, namespace: str) -> Mapping:
+    """Read every IAM source the plan names and map its principals to the target's roles in namespace."""
+    sources = loaded.plan.source.iam
+    assert sources is not None
     principals: list[Principal] = []
     skipped: list[str] = []
     if sources.aws is not None:
@@ -578,8 +579,6 @@ def read_sources(loaded: LoadedPlan) -> Mapping:
     if sources.ldif:
         ldif = _read_export(loaded.resolve(sources.ldif), "ldif")
         principals += ldap_principals(ldif, {k: Level.parse(v) for k, v in settings.ldap_groups.items()})
-    namespace = loaded.plan.iam_namespace()
-    assert namespace is not None
     return map_principals(
         principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped, settings.subjects
     )

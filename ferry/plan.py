@@ -8,28 +8,23 @@ version of ferry cannot run: no placeholder phase ever reports PASS.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 from ferry.config import FieldProblem, load_yaml_model
 from ferry.errors import UsageError
-from ferry.iam import DEFAULT_AWS_SERVICES
+from ferry.phase_registry import PLANNED, load_phase, phase_names
 from ferry.profiles import Credentials, Profile
 from ferry.units import parse_size
 
-PHASE_ORDER = ("iam", "data_sync", "images", "manifests", "golive")
-AVAILABLE_PHASES = ("iam", "data_sync")
 TARGETS_DIR = Path(__file__).with_name("targets")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _CRON_FIELD = re.compile(r"^(\*|\d+|[A-Za-z]{3})([-/,](\d+|[A-Za-z]{3}|\*))*$")
-LevelName = Literal["read", "write", "admin"]
 
 
 def _size(value: Any) -> int:
@@ -114,87 +109,34 @@ class TargetSide(Side):
     profile: str = "generic-k8s"
 
 
-class DataSync(_Strict):
-    """Settings of the data_sync phase (the same knobs as `ferry sync`)."""
+def _sections(kind: str) -> type[BaseModel]:
+    """The model of `phases:` (kind "phases") or `gates:` ("gates"): one optional section per known phase.
 
-    threads: int = Field(default=128, ge=1, le=4096)
-    part_size: Size = 8 << 20
-    multipart_threshold: Size = 16 << 20
-    memory_budget: Size = 96 << 20
-    bwlimit: Size | None = None
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
-    delete: bool = False
-    checksum: bool = False
-    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
-    shards: list[str] = Field(default_factory=list)
-
-    @field_validator("shards")
-    @classmethod
-    def _disjoint(cls, shards: list[str]) -> list[str]:
-        for a in shards:
-            for b in shards:
-                if a != b and b.startswith(a):
-                    raise ValueError(f"shard {b!r} overlaps shard {a!r}")
-        if len(set(shards)) != len(shards):
-            raise ValueError("shards repeat")
-        return shards
+    Each section is validated by the model of the phase registered under its name, so errors keep
+    their place in the file (phases.data_sync.threads at its line), whichever module the phase lives in.
+    """
+    fields: dict[str, Any] = {}
+    for name in phase_names():
+        phase = load_phase(name)
+        if kind == "phases":
+            fields[name] = (phase.settings_model | None, None)
+        else:
+            fields[name] = (phase.gate_model, Field(default_factory=phase.gate_model))
+    return create_model(kind.title(), __base__=_Sections, **fields)
 
 
-class Iam(_Strict):
-    """Settings of the iam phase: where the bindings go and how to read what the sources cannot say."""
-
-    # Where the bindings go; default: the target cluster's namespace.
-    namespace: str | None = Field(default=None, pattern=DNS_LABEL)
-    # AWS services whose permissions carry over; actions of others are reported unmapped.
-    aws_services: list[str] = Field(default_factory=lambda: list(DEFAULT_AWS_SERVICES))
-    # LDAP groups hold no permissions: the level each group gets.
-    ldap_groups: dict[str, LevelName] = Field(default_factory=dict)
-    # Azure custom roles (built-in ones are known): the level each gets.
-    azure_roles: dict[str, LevelName] = Field(default_factory=dict)
-    # Principal id (e.g. aws:user/alice) -> a role of the target profile, or "none" to bind nothing.
-    overrides: dict[str, str] = Field(default_factory=dict)
-    # Principal id -> the name the target's identity provider knows it by (e.g. alice@corp.example.com).
-    subjects: dict[str, str] = Field(default_factory=dict)
-
-
-class Phases(_Strict):
-    iam: Iam | None = None
-    data_sync: DataSync | None = None
-
+class _Sections(_Strict):
     @model_validator(mode="before")
     @classmethod
-    def _known(cls, data: Any) -> Any:
+    def _available(cls, data: Any) -> Any:
         if isinstance(data, dict):
             for name in data:
-                if name in PHASE_ORDER and name not in AVAILABLE_PHASES:
+                if name in PLANNED and name not in cls.model_fields:
                     raise ValueError(
                         f"phase {name!r} is not available in this version of ferry (available: "
-                        f"{', '.join(AVAILABLE_PHASES)})"
+                        f"{', '.join(cls.model_fields)})"
                     )
         return data
-
-
-class DataGate(_Strict):
-    # Re-read every target object and compare checksums (slow, thorough).
-    deep_verify: bool = False
-    # Objects in the target that the source lacks: tolerated unless the phase deletes them.
-    allow_extra: bool = True
-
-
-class IamGate(_Strict):
-    # Mapped permissions over all permissions found; below it the gate fails.
-    min_coverage: float = Field(default=0.9, ge=0, le=1)
-    max_ambiguous: int = Field(default=0, ge=0)
-    # Widened permissions (scope, conditions, denies RBAC cannot express) WARN; false makes them FAIL.
-    allow_widening: bool = True
-    # The Kubernetes version whose schemas validate the bindings (default: the newest known).
-    kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
-
-
-class Gates(_Strict):
-    iam: IamGate = Field(default_factory=IamGate)
-    data_sync: DataGate = Field(default_factory=DataGate)
 
 
 class Retries(_Strict):
@@ -209,8 +151,9 @@ class Plan(_Strict):
     source: SourceSide
     target: TargetSide
     profiles: dict[str, Profile] = Field(default_factory=dict)
-    phases: Phases
-    gates: Gates = Field(default_factory=Gates)
+    # Replaced, per load, by models of every registered phase's sections (see _sections).
+    phases: _Sections
+    gates: _Sections = Field(default_factory=_Sections)
     approve_before: list[str] = Field(default_factory=list)
     # Five-field cron; the deployment runs the plan on it.
     schedule: str | None = None
@@ -237,21 +180,13 @@ class Plan(_Strict):
         for name in self.approve_before:
             if name not in enabled:
                 raise ValueError(f"approve_before names {name!r}, which is not an enabled phase")
-        if self.phases.iam is not None:
-            if self.source.iam is None:
-                raise ValueError("phases.iam needs source.iam, where the principals come from: aws, azure_export, ldif")
-            if self.iam_namespace() is None:
-                raise ValueError("phases.iam needs a namespace: set phases.iam.namespace or target.cluster")
+        for name in enabled:
+            load_phase(name).check_plan(self)
         return self
-
-    def iam_namespace(self) -> str | None:
-        """The namespace the iam phase binds in: its own setting, else the target cluster's."""
-        own = self.phases.iam.namespace if self.phases.iam else None
-        return own or (self.target.cluster.namespace if self.target.cluster else None)
 
     def enabled_phases(self) -> list[str]:
         """The phases this plan runs, in pipeline order."""
-        return [name for name in PHASE_ORDER if getattr(self.phases, name, None) is not None]
+        return [name for name in phase_names() if getattr(self.phases, name, None) is not None]
 
 
 class TargetProfile(_Strict):
@@ -327,39 +262,6 @@ class LoadedPlan:
         """A path the plan names, relative to the plan file unless absolute."""
         return Path(path) if Path(path).is_absolute() else (self.path.parent / path).resolve()
 
-    def iam_exports(self) -> list[Path]:
-        """The export files the iam phase reads."""
-        sources = self.plan.source.iam
-        if sources is None:
-            return []
-        named = [sources.aws.export if sources.aws else None, sources.azure_export, sources.ldif]
-        return [self.resolve(p) for p in named if p]
-
-    def input_hash(self, phase: str) -> str:
-        """What a phase's outcome depends on: its settings and gate, and what it reads and writes."""
-        plan = self.plan
-        inputs: dict[str, Any] = {
-            "phase": phase,
-            "settings": getattr(plan.phases, phase).model_dump(mode="json"),
-            "gate": getattr(plan.gates, phase).model_dump(mode="json"),
-            "strict": plan.strict,
-        }
-        if phase == "iam":
-            assert plan.source.iam is not None
-            inputs["sources"] = plan.source.iam.model_dump(mode="json")
-            inputs["namespace"] = plan.iam_namespace()
-            inputs["roles"] = self.target.rbac_roles
-            # A changed export is a changed input (a live IAM account is read anew only with --force).
-            inputs["exports"] = {
-                str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
-                for p in self.iam_exports()
-            }
-        else:
-            inputs["source"] = self.storage("source")
-            inputs["target"] = self.storage("target")
-            inputs["profiles"] = {k: v.model_dump(mode="json") for k, v in plan.profiles.items()}
-        return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
     def masked(self) -> str:
         """The plan as written, ${NAME} references kept as references: nothing resolved is shown."""
         return yaml.safe_dump(self.raw, sort_keys=False, allow_unicode=True)
@@ -381,5 +283,9 @@ def load_plan(path: Path) -> LoadedPlan:
             raise FieldProblem(("target", "profile"), str(exc)) from None
         return resolved
 
-    plan = load_yaml_model(path, Plan, transform=prepare)
+    gates = _sections("gates")
+    model = create_model(
+        "Plan", __base__=Plan, phases=(_sections("phases"), ...), gates=(gates, Field(default_factory=gates))
+    )
+    plan = load_yaml_model(path, model, transform=prepare)
     return LoadedPlan(path, plan, found["target"], found["raw"], refs)

@@ -1,1 +1,1 @@
-"""Prefect only: the migration pipeline (pipeline.py) and one thin flow per phase (iam_mapping.py, data_sync.py)."""
+"""Prefect only: the migration pipeline (pipeline.py) and the flow that runs any phase (phase.py)."""

@@ -9,8 +9,6 @@ the first one that did not commit.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,36 +18,15 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import transaction
 
-from checks.preflight import preflight
 from ferry.audit import AuditFolder
 from ferry.errors import GateFailed, UsageError
+from ferry.phases.base import Phase, open_phase, preflight
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
 from ferry.runlog import RunLog
-from flows import data_sync, iam_mapping
+from flows.phase import phase_flow
 
 log = structlog.get_logger("ferry.flows.pipeline")
-
-@dataclass(frozen=True)
-class Phase:
-    """A phase the pipeline can run; one exists here only once it really works."""
-
-    flow: Callable[[str, str], list[dict]]  # (plan path, audit root) -> gate results
-    describe: Callable[[LoadedPlan], tuple[str, dict]]  # what it would change, for approvals
-    # Undo what the phase's Prefect rollback hooks cannot reach (tasks that never completed).
-    undo_unfinished: Callable[[LoadedPlan, Path], int]
-    # Undo a committed run (`ferry rollback`), given its audit folder; says what was done.
-    rollback: Callable[[LoadedPlan, Path], str]
-
-
-PHASES = {
-    "iam": Phase(
-        iam_mapping.iam_flow, iam_mapping.describe, iam_mapping.undo_unfinished, iam_mapping.rollback_committed
-    ),
-    "data_sync": Phase(
-        data_sync.data_sync_flow, data_sync.describe, data_sync.undo_unfinished, data_sync.rollback_committed
-    ),
-}
 
 
 def new_run_id(plan_path: str) -> str:
@@ -66,13 +43,14 @@ def _approve(loaded: LoadedPlan, phase: str, run_id: str, timeout_s: int) -> Non
         raise UsageError(
             f"{phase} needs an approval, which needs a Prefect server: run `ferry ui` and set PREFECT_API_URL"
         )
-    text, totals = PHASES[phase].describe(loaded)
+    changes = open_phase(loaded, phase).changes()
     create_markdown_artifact(
-        f"# Approval needed: {phase}\n\n{text}\n\nResume this run in the Prefect UI or run `ferry approve {run_id}`.",
+        f"# Approval needed: {phase}\n\n{changes.text}\n\n"
+        f"Resume this run in the Prefect UI or run `ferry approve {run_id}`.",
         key=f"approval-{phase.replace('_', '-')}",
         description=f"what {phase} will change",
     )
-    log.warning("waiting for approval", phase=phase, changes=totals, timeout_s=timeout_s)
+    log.warning("waiting for approval", phase=phase, changes=changes.totals, timeout_s=timeout_s)
     pause_flow_run(timeout=timeout_s, poll_interval=2)
     log.info("approved", phase=phase)
 
@@ -104,9 +82,11 @@ def migrate(
             if only and phase not in only:
                 continue
             structlog.contextvars.bind_contextvars(phase=phase)
-            digest = loaded.input_hash(phase)
+            runner = open_phase(loaded, phase)
+            digest = runner.input_hash()
             last = runlog.phase(plan.name, phase)
-            if last and last.status == "committed" and last.input_hash == digest and phase not in (force or []):
+            unchanged = last and last.status == "committed" and last.input_hash == digest
+            if unchanged and not runner.live_inputs and phase not in (force or []):
                 log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
                 outcomes[phase] = "skipped"
                 continue
@@ -114,7 +94,7 @@ def migrate(
                 _approve(loaded, phase, run_id, approval_timeout_s)
             runlog.set_phase(plan.name, phase, digest, "running", run_id)
             try:
-                outcomes[phase] = _run_phase(loaded, phase, audit)
+                outcomes[phase] = _run_phase(runner, audit)
             except Exception as exc:
                 runlog.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
                 raise
@@ -131,7 +111,7 @@ def migrate(
 
 @task(name="preflight", cache_policy=NO_CACHE)
 def preflight_checks(plan_path: str) -> list[dict]:
-    """Credentials, buckets, private endpoints and a writable state dir, before anything changes."""
+    """Credentials, buckets, private endpoints, a writable state dir and each phase's own, before anything changes."""
     return [r.to_dict() for r in preflight(load_plan(Path(plan_path)))]
 
 
@@ -158,23 +138,28 @@ def _report(audit: AuditFolder, phase: str, results: list[CheckResult]) -> None:
     )
 
 
-def _run_phase(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
-    """One phase in its transaction: a FAIL gate raises inside it, so the phase's tasks roll back."""
+def _run_phase(phase: Phase, audit: AuditFolder) -> str:
+    """One phase in its transaction: a FAIL gate raises inside it, so the phase's steps roll back.
+
+    Prefect rolls back the steps that completed; the phase's own rollback then undoes what steps
+    that never completed left behind (it does nothing twice).
+    """
     try:
-        return _transaction(loaded, phase, audit)
+        return _transaction(phase, audit)
     except BaseException:
-        PHASES[phase].undo_unfinished(loaded, audit.root)
+        phase.rollback(audit.root)
         raise
 
 
-def _transaction(loaded: LoadedPlan, phase: str, audit: AuditFolder) -> str:
-    with transaction(key=f"{audit.root.name}-{phase}"):
-        raw = PHASES[phase].flow(str(loaded.path), str(audit.root))
-        results = [CheckResult.from_dict(r) for r in raw]
-        _report(audit, phase, results)
-        status = gate_status(results, loaded.plan.strict)
+def _transaction(phase: Phase, audit: AuditFolder) -> str:
+    name, strict = phase.name, phase.loaded.plan.strict
+    with transaction(key=f"{audit.root.name}-{name}"):
+        subflow = phase_flow.with_options(name=name, flow_run_name=name)
+        results = [CheckResult.from_dict(r) for r in subflow(str(phase.loaded.path), str(audit.root), name)]
+        _report(audit, name, results)
+        status = gate_status(results, strict)
         log.info("gate", status=status.value, checks=len(results))
         if status == Status.FAIL:
-            failing = [r.name for r in blocking(results, loaded.plan.strict)]
-            raise GateFailed(f"{phase}: gate failed: {', '.join(failing)} (report: {audit.path(phase, 'gate.md')})")
+            failing = [r.name for r in blocking(results, strict)]
+            raise GateFailed(f"{name}: gate failed: {', '.join(failing)} (report: {audit.path(name, 'gate.md')})")
     return status.value

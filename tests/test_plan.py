@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ferry.phases.iam import namespace
 from ferry.plan import load_plan
 from tests.cli_runner import run_cli
 
@@ -72,7 +73,7 @@ def test_registry_cluster_and_the_iam_namespace_from_the_target_cluster(tmp_path
     path.write_text(text.replace("phases:\n", "phases:\n  iam: {}\n"))
     loaded = load_plan(path)
     assert loaded.plan.target.registry == "10.0.0.5:5000/ml"
-    assert loaded.plan.iam_namespace() == "ml-training"
+    assert namespace(loaded.plan) == "ml-training"
     assert loaded.plan.enabled_phases() == ["iam", "data_sync"]
 
 

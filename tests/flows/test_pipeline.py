@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 import time
 from pathlib import Path
@@ -58,7 +59,7 @@ def artifacts(flow_run_name: str) -> dict[str, str]:
     return {a.key or a.type: a.type for a in found}
 
 
-def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, tmp_path) -> None:
+def test_run_commits_writes_audit_and_artifacts_then_a_rerun_diffs_and_copies_nothing(prefect_api, tmp_path) -> None:
     from ferry.runlog import RunLog
     from flows.pipeline import migrate, new_run_id
 
@@ -75,8 +76,12 @@ def test_run_commits_writes_audit_and_artifacts_then_resume_skips(prefect_api, t
     assert found.get("gate-data-sync") == "markdown" and found.get("gate-table-data-sync") == "table"
     assert found.get("data-sync-a") == "progress"
 
+    # Storage is not in the plan: data_sync is never skipped on the plan's hash, it diffs again.
     again = migrate(plan_path=str(plan))
-    assert again["phases"] == {"preflight": "PASS", "data_sync": "skipped"}
+    assert again["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
+    summaries = json.loads((Path(again["audit"]) / "data_sync" / "summary.json").read_text())
+    assert [s["objects"]["copied"] for s in summaries] == [0, 0]
+    assert sum(s["objects"]["skipped"] for s in summaries) == 3
     forced = migrate(plan_path=str(plan), force=["data_sync"])
     assert forced["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
     runlog = RunLog(tmp_path / ".ferry" / "state")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import secrets
 
-from checks.preflight import check_iam_sources
-from ferry.iam import Level, read_sources
+from ferry.iam import Level
+from ferry.phases.base import open_phase
 from ferry.plan import load_plan
 from ferry.results import Status
 from tests.cli_runner import run_cli
@@ -61,9 +61,10 @@ def test_live_account_is_read_through_the_iam_api(moto_server, tmp_path, monkeyp
 
     plan = tmp_path / "migration.yaml"
     plan.write_text(PLAN.format(endpoint=moto_server.endpoint))
-    loaded = load_plan(plan)
-    assert check_iam_sources(loaded).status == Status.PASS
-    mapping = read_sources(loaded)
+    phase = open_phase(load_plan(plan), "iam")
+    assert phase.live_inputs, "a live account is read on every run, never skipped on the plan's hash"
+    assert [r.status for r in phase.preflight()] == [Status.PASS]
+    mapping = phase.mapping()
     by_id = {p.id: p for p in mapping.principals}
     assert by_id[f"aws:user/{user}"].level == Level.READ
     assert any("scoped to arn:aws:s3:::ds/*" in w for w in by_id[f"aws:user/{user}"].widened)
@@ -89,7 +90,7 @@ def test_unreachable_iam_api_fails_preflight_with_one_line(tmp_path, monkeypatch
     monkeypatch.setenv("LIVE_IAM_SECRET", "hunter2-not-for-logs")
     plan = tmp_path / "migration.yaml"
     plan.write_text(PLAN.format(endpoint=f"http://127.0.0.1:{free_port()}"))
-    result = check_iam_sources(load_plan(plan))
+    (result,) = open_phase(load_plan(plan), "iam").preflight()
     assert result.status == Status.FAIL
     assert (
         result.evidence[0].startswith("IAM API at http://127.0.0.1:")

@@ -1,0 +1,158 @@
+"""The Phase contract: what every phase of a migration provides, free of Prefect.
+
+A phase reads the plan, does its work idempotently in steps (one Prefect task each, so a
+shard or a step is retried and rolled back on its own), writes what it did into the run's
+audit folder, and measures with its gate whether the result holds. The pipeline (flows/)
+drives every phase through this contract alone: a new phase is its module, one line in
+ferry/phase_registry.py, its checks and its tests.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from checks.preflight import preflight as plan_preflight
+from ferry.audit import AuditFolder
+from ferry.phase_registry import load_phase
+from ferry.plan import LoadedPlan, Plan
+from ferry.results import CheckResult
+
+
+class Settings(BaseModel):
+    """Base of a phase's settings (`phases.<name>`) and gate (`gates.<name>`) models: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a phase would change (a dry run), for approvals: one paragraph and the totals behind it."""
+
+    text: str
+    totals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.totals.values())
+
+
+class Reporter:
+    """Where a running phase shows progress and reports; the pipeline gives Prefect's, tests this silent one."""
+
+    def markdown(self, key: str, text: str, description: str) -> None:
+        """Publish a Markdown report under key."""
+
+    def progress(self, key: str, description: str) -> Progress:
+        """A progress gauge under key, from 0 to 100 percent."""
+        return Progress()
+
+
+class Progress:
+    """A progress gauge; update() takes a percentage."""
+
+    def update(self, percent: float) -> None:
+        """Show percent done."""
+
+
+class Phase(abc.ABC):
+    """One phase of a migration for one loaded plan."""
+
+    # The name in the plan (`phases.<name>`, `gates.<name>`), the registry and the run log.
+    name: ClassVar[str]
+    settings_model: ClassVar[type[Settings]]
+    gate_model: ClassVar[type[Settings]]
+
+    def __init__(self, loaded: LoadedPlan):
+        self.loaded = loaded
+
+    @property
+    def live_inputs(self) -> bool:
+        """True when what the phase reads lives outside the plan (storage, a live API, a registry, a cluster).
+
+        The plan's hash cannot tell that nothing changed there, so such a phase is never skipped on it.
+        """
+        return False
+
+    @property
+    def settings(self) -> Any:
+        """This plan's `phases.<name>` section, validated by settings_model."""
+        return getattr(self.loaded.plan.phases, self.name)
+
+    @property
+    def gate_settings(self) -> Any:
+        """This plan's `gates.<name>` section (defaults when absent), validated by gate_model."""
+        return getattr(self.loaded.plan.gates, self.name)
+
+    # -- the plan ---------------------------------------------------------------------------------
+    @classmethod
+    def check_plan(cls, plan: Plan) -> None:
+        """Rules across sections that the phase needs (raise ValueError with the fix); called at load time."""
+        return None
+
+    def inputs(self) -> dict[str, Any]:
+        """What the phase's outcome depends on besides its settings and gate: files, URLs, roles (for the hash)."""
+        return {}
+
+    def input_hash(self) -> str:
+        """A digest of everything the phase's outcome depends on; a committed phase with the same one is done."""
+        inputs: dict[str, Any] = {
+            "phase": self.name,
+            "settings": self.settings.model_dump(mode="json"),
+            "gate": self.gate_settings.model_dump(mode="json"),
+            "strict": self.loaded.plan.strict,
+            **self.inputs(),
+        }
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+    @abc.abstractmethod
+    def summary(self) -> str:
+        """What the phase will do, in one paragraph, from the plan alone (no I/O): for `plan show`."""
+
+    @abc.abstractmethod
+    def changes(self) -> Changes:
+        """What running the phase now would change (a dry run, reading the live state): for approvals."""
+
+    def preflight(self) -> list[CheckResult]:
+        """Checks that must pass before any phase changes anything (sources readable, APIs answering)."""
+        return []
+
+    # -- a run ------------------------------------------------------------------------------------
+    def steps(self) -> list[str]:
+        """The phase's steps, each one Prefect task (retried and rolled back on its own)."""
+        return ["run"]
+
+    @abc.abstractmethod
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        """Do one step, idempotently; record in the audit folder what rollback needs. Returns a summary."""
+
+    @abc.abstractmethod
+    def gate(self, audit: AuditFolder) -> list[CheckResult]:
+        """Measure whether what the run did holds (after every step)."""
+
+    @abc.abstractmethod
+    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+        """Undo what the run whose audit folder is audit_root did (all steps, or those named); says what it did.
+
+        Used during a run when a step or the gate fails, and later by `ferry rollback` for a
+        committed run. Undoing what was already undone does nothing: it must be safe to call twice.
+        """
+
+
+def open_phase(loaded: LoadedPlan, name: str) -> Phase:
+    """The phase registered under name, for the loaded plan."""
+    return load_phase(name)(loaded)
+
+
+def preflight(loaded: LoadedPlan) -> list[CheckResult]:
+    """Every preflight check of the plan: the plan-wide ones, then each enabled phase's own."""
+    results = plan_preflight(loaded)
+    for name in loaded.plan.enabled_phases():
+        results += open_phase(loaded, name).preflight()
+    return results

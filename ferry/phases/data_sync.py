@@ -1,0 +1,258 @@
+"""The data_sync phase: one step per shard (a key prefix); the transfer engine runs its own pool inside.
+
+Each shard journals the keys it created in the target, so rolling the phase back deletes exactly
+those (objects it overwrote cannot be restored without versioning, and the rollback report says
+so). The gate compares target against source for every shard after all of them are done.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import Field, field_validator
+
+from checks.data import check_data
+from connectors.registry import open_connector
+from connectors.transfer import COPY, Action, Stats, TransferSettings
+from ferry.audit import AuditFolder
+from ferry.errors import PermanentError, TransientError
+from ferry.ledger import Ledger
+from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings
+from ferry.plan import Size
+from ferry.results import CheckResult
+from ferry.sync import delete_created, run_sync
+
+log = structlog.get_logger("ferry.phases.data_sync")
+
+
+class DataSyncSettings(Settings):
+    """Settings of the data_sync phase (the same knobs as `ferry sync`)."""
+
+    threads: int = Field(default=128, ge=1, le=4096)
+    part_size: Size = 8 << 20
+    multipart_threshold: Size = 16 << 20
+    memory_budget: Size = 96 << 20
+    bwlimit: Size | None = None
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    delete: bool = False
+    checksum: bool = False
+    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
+    shards: list[str] = Field(default_factory=list)
+
+    @field_validator("shards")
+    @classmethod
+    def _disjoint(cls, shards: list[str]) -> list[str]:
+        for a in shards:
+            for b in shards:
+                if a != b and b.startswith(a):
+                    raise ValueError(f"shard {b!r} overlaps shard {a!r}")
+        if len(set(shards)) != len(shards):
+            raise ValueError("shards repeat")
+        return shards
+
+
+class DataGate(Settings):
+    # Re-read every target object and compare checksums (slow, thorough).
+    deep_verify: bool = False
+    # Objects in the target that the source lacks: tolerated unless the phase deletes them.
+    allow_extra: bool = True
+
+
+def label(shard: str) -> str:
+    """A shard's name in file names and artifact keys."""
+    return shard.rstrip("/").replace("/", "_") or "all"
+
+
+def _journal_name(shard: str) -> str:
+    """The file, in the run's audit folder, of the keys a shard created."""
+    return f"created-{label(shard)}.jsonl"
+
+
+class _Follow:
+    """Feeds the engine's byte counters to a progress gauge every two seconds while a shard runs."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, stats: Stats) -> None:
+        # In a copy of this context: an orchestrator's run context (the API it reports to) reaches the gauge.
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._poll, stats), daemon=True)
+        self._thread.start()
+
+    def _poll(self, stats: Stats) -> None:
+        while not self._stop.wait(2.0):
+            done = 100.0 * stats.bytes_moved / stats.bytes_to_copy if stats.bytes_to_copy else 0.0
+            self.progress.update(min(done, 100.0))
+
+    def stop(self, finished: bool) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if finished:
+            self.progress.update(100.0)
+
+
+class DataSyncPhase(Phase):
+    """Objects copied from the source storage to the target's, shard by shard, then verified."""
+
+    name = "data_sync"
+    settings_model = DataSyncSettings
+    gate_model = DataGate
+
+    @property
+    def live_inputs(self) -> bool:
+        """The objects live in storage, not in the plan: every run diffs them."""
+        return True
+
+    def steps(self) -> list[str]:
+        return list(self.settings.shards) or [""]
+
+    def transfer_settings(self, shard: str, *, dry_run: bool = False) -> TransferSettings:
+        """The engine's settings for one shard."""
+        sync = self.settings
+        return TransferSettings(
+            threads=sync.threads,
+            part_size=sync.part_size,
+            multipart_threshold=sync.multipart_threshold,
+            memory_budget=sync.memory_budget,
+            bwlimit=sync.bwlimit,
+            include=tuple(sync.include),
+            exclude=tuple(sync.exclude),
+            delete=sync.delete,
+            checksum=sync.checksum,
+            prefix=shard,
+            dry_run=dry_run,
+        )
+
+    def inputs(self) -> dict[str, Any]:
+        return {
+            "source": self.loaded.storage("source"),
+            "target": self.loaded.storage("target"),
+            "profiles": {k: v.model_dump(mode="json") for k, v in self.loaded.plan.profiles.items()},
+        }
+
+    def summary(self) -> str:
+        sync, gate = self.settings, self.gate_settings
+        shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
+        return (
+            f"copy what is missing or different from {self.loaded.storage('source')} to "
+            f"{self.loaded.storage('target')} ({sync.threads} threads; shards: {shards}; delete extraneous: "
+            f"{'yes' if sync.delete else 'no'}), then the data gate "
+            f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, ledger'})"
+        )
+
+    def changes(self) -> Changes:
+        """A dry run of every shard: what would be copied and deleted."""
+        totals = {"objects_to_copy": 0, "bytes_to_copy": 0, "objects_to_delete": 0}
+        for shard in self.steps():
+            result = run_sync(
+                self.loaded.storage("source"),
+                self.loaded.storage("target"),
+                self.transfer_settings(shard, dry_run=True),
+                profiles=self.loaded.plan.profiles,
+                state_dir=self.loaded.state_dir / "state",
+            )
+            totals["objects_to_copy"] += result.stats.to_copy
+            totals["bytes_to_copy"] += result.stats.bytes_to_copy
+            totals["objects_to_delete"] += result.stats.deleted
+        text = (
+            f"data_sync will copy {totals['objects_to_copy']} object(s), {totals['bytes_to_copy']:,} bytes, "
+            f"from {self.loaded.storage('source')} to {self.loaded.storage('target')}"
+            f" and delete {totals['objects_to_delete']} object(s) there."
+        )
+        return Changes(text, totals)
+
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        """Copy one shard, journalling the keys it created; raises if any object failed."""
+        journal = audit.path(self.name, _journal_name(step))
+        lock = threading.Lock()
+        follow = _Follow(
+            reporter.progress(
+                f"data-sync-{label(step).lower().replace('_', '-')}", f"data_sync progress, shard {step or '(all)'}"
+            )
+        )
+        result = None
+        with journal.open("a", encoding="utf-8") as created:
+
+            def on_action(action: Action) -> None:
+                # Only keys the target did not hold: deleting them is a faithful undo.
+                if action.kind == COPY and action.dst is None:
+                    with lock:
+                        created.write(json.dumps(action.key) + "\n")
+                        created.flush()
+
+            try:
+                result = run_sync(
+                    self.loaded.storage("source"),
+                    self.loaded.storage("target"),
+                    self.transfer_settings(step),
+                    profiles=self.loaded.plan.profiles,
+                    state_dir=self.loaded.state_dir / "state",
+                    verify=False,  # the gate verifies, after every shard is done
+                    report_path=audit.path(self.name, f"sync-{label(step)}.json"),
+                    on_action=on_action,
+                    on_start=follow.start,
+                )
+            finally:
+                follow.stop(finished=result is not None)
+        summary = result.stats.summary()
+        if result.stats.failed:
+            first = summary["failures"][0] if summary["failures"] else "see the report"
+            error = PermanentError if result.stats.rejected else TransientError
+            raise error(f"shard {step or '(all)'}: {result.stats.failed} object(s) failed; first: {first}")
+        return summary
+
+    def gate(self, audit: AuditFolder) -> list[CheckResult]:
+        """Target against source for every shard: objects, bytes, size and checksum."""
+        gate = self.gate_settings
+        ledger = Ledger(self.loaded.state_dir / "state")
+        results = []
+        try:
+            for shard in self.steps():
+                settings = self.transfer_settings(shard)
+                if not gate.allow_extra:
+                    settings = dataclasses.replace(settings, delete=True)
+                source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+                target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
+                try:
+                    result = check_data(source, target, ledger, settings, deep=gate.deep_verify)
+                finally:
+                    source.close()
+                    target.close()
+                name = f"{result.name}[{shard}]" if shard else result.name
+                results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
+        finally:
+            ledger.close()
+        return results
+
+    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+        """Delete every object the run's shards created (each journal once)."""
+        folder = audit_root / self.name
+        # Every shard the run journalled, whatever the plan's shards are now.
+        journals = (
+            sorted(folder.glob("created-*.jsonl"))
+            if steps is None
+            else [folder / _journal_name(shard) for shard in steps]
+        )
+        deleted, errors = 0, 0
+        for journal in journals:
+            if not journal.exists() or journal.with_name(journal.stem + ".rollback.json").exists():
+                continue
+            report = delete_created(self.loaded.storage("target"), self.loaded.plan.profiles, journal)
+            log.warning("rolled back a data_sync shard", journal=str(journal), **report)
+            deleted += report["deleted_created_objects"]
+            errors += report["errors"]
+        failed = f"; {errors} deletion(s) failed (see the .rollback.json files)" if errors else ""
+        return (
+            f"deleted {deleted} object(s) it had created{failed} "
+            "(objects it overwrote cannot be restored without bucket versioning)"
+        )

@@ -1,0 +1,215 @@
+"""The iam phase: map the source principals to the target's roles, render the RoleBindings, gate them.
+
+The phase publishes the bindings to `<state>/iam/rbac.yaml` (the manifests phase applies them with
+the workloads) and keeps what it replaced in the run's audit folder, so rolling the phase back
+puts the previous bindings back exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+import yaml
+from pydantic import Field
+
+from checks.iam import (
+    check_iam_ambiguous,
+    check_iam_coverage,
+    check_iam_widened,
+    check_rbac_bindings,
+    check_rbac_schema,
+)
+from checks.preflight import check_iam_sources
+from ferry.audit import AuditFolder
+from ferry.iam import DEFAULT_AWS_SERVICES, Level, Mapping, read_sources, render_rbac
+from ferry.phases.base import Changes, Phase, Reporter, Settings
+from ferry.plan import DNS_LABEL, Plan
+from ferry.results import CheckResult
+
+log = structlog.get_logger("ferry.phases.iam")
+LevelName = Literal["read", "write", "admin"]
+
+
+class IamSettings(Settings):
+    """Settings of the iam phase: where the bindings go and how to read what the sources cannot say."""
+
+    # Where the bindings go; default: the target cluster's namespace.
+    namespace: str | None = Field(default=None, pattern=DNS_LABEL)
+    # AWS services whose permissions carry over; actions of others are reported unmapped.
+    aws_services: list[str] = Field(default_factory=lambda: list(DEFAULT_AWS_SERVICES))
+    # LDAP groups hold no permissions: the level each group gets.
+    ldap_groups: dict[str, LevelName] = Field(default_factory=dict)
+    # Azure custom roles (built-in ones are known): the level each gets.
+    azure_roles: dict[str, LevelName] = Field(default_factory=dict)
+    # Principal id (e.g. aws:user/alice) -> a role of the target profile, or "none" to bind nothing.
+    overrides: dict[str, str] = Field(default_factory=dict)
+    # Principal id -> the name the target's identity provider knows it by (e.g. alice@corp.example.com).
+    subjects: dict[str, str] = Field(default_factory=dict)
+
+
+class IamGate(Settings):
+    # Mapped permissions over all permissions found; below it the gate fails.
+    min_coverage: float = Field(default=0.9, ge=0, le=1)
+    max_ambiguous: int = Field(default=0, ge=0)
+    # Widened permissions (scope, conditions, denies RBAC cannot express) WARN; false makes them FAIL.
+    allow_widening: bool = True
+    # The Kubernetes version whose schemas validate the bindings (default: the newest known).
+    kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
+
+
+def namespace(plan: Plan) -> str | None:
+    """The namespace the iam phase binds in: its own setting, else the target cluster's."""
+    own = plan.phases.iam.namespace if plan.phases.iam else None
+    return own or (plan.target.cluster.namespace if plan.target.cluster else None)
+
+
+def _replace(target: Path, text: str) -> None:
+    """Write target atomically: readers see the old bindings or the new ones, never half of them."""
+    staging = target.with_name(target.name + ".staging")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, target)
+
+
+class IamPhase(Phase):
+    """Source principals (AWS IAM, Azure role assignments, LDAP groups) bound to the target's RBAC roles."""
+
+    name = "iam"
+    settings_model = IamSettings
+    gate_model = IamGate
+
+    @property
+    def live_inputs(self) -> bool:
+        """A live IAM API is read on every run; exports are files the hash covers."""
+        aws = self.loaded.plan.source.iam.aws if self.loaded.plan.source.iam else None
+        return aws is not None and not aws.export
+
+    @classmethod
+    def check_plan(cls, plan: Plan) -> None:
+        if plan.source.iam is None:
+            raise ValueError("phases.iam needs source.iam, where the principals come from: aws, azure_export, ldif")
+        if namespace(plan) is None:
+            raise ValueError("phases.iam needs a namespace: set phases.iam.namespace or target.cluster")
+
+    def exports(self) -> list[Path]:
+        """The export files the phase reads."""
+        sources = self.loaded.plan.source.iam
+        assert sources is not None
+        named = [sources.aws.export if sources.aws else None, sources.azure_export, sources.ldif]
+        return [self.loaded.resolve(p) for p in named if p]
+
+    def published(self) -> Path:
+        """Where the phase publishes the bindings for the cluster."""
+        return self.loaded.state_dir / "iam" / "rbac.yaml"
+
+    def inputs(self) -> dict[str, Any]:
+        sources = self.loaded.plan.source.iam
+        assert sources is not None
+        return {
+            "sources": sources.model_dump(mode="json"),
+            "namespace": namespace(self.loaded.plan),
+            "roles": self.loaded.target.rbac_roles,
+            # A changed export is a changed input (a live IAM account is read on every run).
+            "exports": {
+                str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing" for p in self.exports()
+            },
+        }
+
+    def mapping(self) -> Mapping:
+        """The sources read and mapped to the target's roles (nothing written)."""
+        ns = namespace(self.loaded.plan)
+        assert ns is not None
+        return read_sources(self.loaded, self.settings, ns)
+
+    def summary(self) -> str:
+        sources = self.loaded.plan.source.iam
+        assert sources is not None
+        named = [
+            f"AWS IAM {'export ' + sources.aws.export if sources.aws.export else 'API'}" if sources.aws else "",
+            f"Azure role assignments {sources.azure_export}" if sources.azure_export else "",
+            f"LDAP groups {sources.ldif}" if sources.ldif else "",
+        ]
+        gate, target = self.gate_settings, self.loaded.target
+        return (
+            f"map principals of {', '.join(n for n in named if n)} to the roles of {target.name} "
+            f"({', '.join(target.rbac_roles)}) in namespace {namespace(self.loaded.plan)}, render RoleBindings "
+            f"and publish them to {self.published()}; gate: coverage >= {gate.min_coverage:.0%}, "
+            f"ambiguous <= {gate.max_ambiguous}, widening {'reported' if gate.allow_widening else 'fails'}, "
+            "bindings valid against the Kubernetes schema"
+        )
+
+    def changes(self) -> Changes:
+        mapping = self.mapping()
+        totals = mapping.totals()
+        per_role: dict[str, int] = {}
+        for p in mapping.principals:
+            if p.level is not None:
+                per_role[mapping.roles[p.level]] = per_role.get(mapping.roles[p.level], 0) + 1
+        admins = [p.id for p in mapping.principals if p.level == Level.ADMIN]
+        roles = ", ".join(f"{n} to {role}" for role, n in per_role.items()) or "nothing"
+        text = (
+            f"iam will bind {totals['bound']} of {totals['principals']} principal(s) in namespace "
+            f"{mapping.namespace} ({roles}); admin: {', '.join(admins) or 'none'}. "
+            f"{totals['unmapped']} permission(s) unmapped, {totals['widened']} widened, "
+            f"{totals['ambiguous']} ambiguous."
+        )
+        return Changes(text, totals)
+
+    def preflight(self) -> list[CheckResult]:
+        sources = self.loaded.plan.source.iam
+        return [check_iam_sources(self.exports(), sources.aws if sources else None)]
+
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        """Map, write the report and bindings to the audit folder, publish them (keeping what they replace)."""
+        mapping = self.mapping()
+        text = yaml.safe_dump_all(render_rbac(mapping), sort_keys=False)
+        report = mapping.markdown()
+        audit.write_json(self.name, "mapping.json", mapping.to_dict())
+        audit.write_text(self.name, "report.md", report)
+        audit.write_text(self.name, "rbac.yaml", text)
+        reporter.markdown("iam-report", report, "IAM mapping report")
+        target = self.published()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            audit.write_text(self.name, "previous-rbac.yaml", target.read_text(encoding="utf-8"))
+        audit.write_json(self.name, "published.json", {"path": str(target)})
+        _replace(target, text)
+        log.info("mapped IAM", **mapping.totals())
+        return mapping.totals()
+
+    def gate(self, audit: AuditFolder) -> list[CheckResult]:
+        """The iam gate over what the run rendered (read back from the audit folder)."""
+        gate = self.gate_settings
+        folder = audit.root / self.name
+        mapping = Mapping.from_dict(json.loads((folder / "mapping.json").read_text(encoding="utf-8")))
+        docs = [doc for doc in yaml.safe_load_all((folder / "rbac.yaml").read_text(encoding="utf-8")) if doc]
+        return [
+            check_iam_coverage(mapping, gate.min_coverage),
+            check_iam_ambiguous(mapping, gate.max_ambiguous),
+            check_iam_widened(mapping, gate.allow_widening),
+            check_rbac_bindings(docs, mapping),
+            check_rbac_schema(docs, gate.kubernetes_version),
+        ]
+
+    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+        """The run's publication is replaced by what it replaced (or removed, if it replaced nothing)."""
+        folder = audit_root / self.name
+        done_file = folder / "rollback.json"
+        if done_file.exists():
+            return json.loads(done_file.read_text(encoding="utf-8"))["done"]
+        if not (folder / "published.json").exists():
+            return f"nothing to undo: run {audit_root.name} published no bindings"
+        previous, target = folder / "previous-rbac.yaml", self.published()
+        if previous.exists():
+            _replace(target, previous.read_text(encoding="utf-8"))
+            done = f"restored the bindings published before run {audit_root.name} at {target}"
+        else:
+            target.unlink(missing_ok=True)
+            done = f"removed {target}: no bindings were published before run {audit_root.name}"
+        done_file.write_text(json.dumps({"done": done}) + "\n", encoding="utf-8")
+        log.warning("rolled back the iam phase", done=done)
+        return done

@@ -1,0 +1,153 @@
+"""The Phase contract is complete: a phase defined only in this file runs end to end through the real
+pipeline (a real Prefect server): its input hash skips a rerun, a failed gate rolls it back, `ferry
+rollback` undoes a committed run, `plan show` and `ferry status` describe it. Nothing outside this
+file knows it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from ferry.audit import AuditFolder
+from ferry.phase_registry import phase_names, register, unregister
+from ferry.phases.base import Changes, Phase, Reporter, Settings
+from ferry.results import CheckResult, Status
+from tests.cli_runner import run_cli
+
+
+class StampSettings(Settings):
+    # One file per word, each its own step.
+    words: list[str] = Field(min_length=1)
+
+
+class StampGate(Settings):
+    max_files: int = Field(default=10, ge=0)
+
+
+class StampPhase(Phase):
+    """Writes one file per word under <state>/stamps; the gate counts them."""
+
+    name = "stamp"
+    settings_model = StampSettings
+    gate_model = StampGate
+
+    @property
+    def folder(self) -> Path:
+        return self.loaded.state_dir / "stamps"
+
+    def steps(self) -> list[str]:
+        return list(self.settings.words)
+
+    def summary(self) -> str:
+        return (
+            f"stamp {len(self.settings.words)} word(s) into {self.folder}; gate: at most {self.gate_settings.max_files}"
+        )
+
+    def changes(self) -> Changes:
+        new = [w for w in self.settings.words if not (self.folder / w).exists()]
+        return Changes(f"stamp would write {len(new)} file(s)", {"files": len(new)})
+
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        created = not (self.folder / step).exists()
+        (self.folder / step).write_text(step)
+        if created:  # what rollback needs: only the files this run created
+            audit.write_json(self.name, f"created-{step}.json", {"file": str(self.folder / step)})
+        return {"word": step, "created": created}
+
+    def gate(self, audit: AuditFolder) -> list[CheckResult]:
+        found = len(list(self.folder.iterdir()))
+        status = Status.PASS if found <= self.gate_settings.max_files else Status.FAIL
+        return [CheckResult("stamp.files", status, {"files": found}, {"max_files": self.gate_settings.max_files})]
+
+    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+        removed = 0
+        for record in sorted((audit_root / self.name).glob("created-*.json")):
+            if steps is not None and record.stem.removeprefix("created-") not in steps:
+                continue
+            removed += Path(json.loads(record.read_text())["file"]).unlink(missing_ok=True) is None
+            record.unlink()
+        return f"removed {removed} stamp file(s)"
+
+
+PLAN = """\
+name: {name}
+source: {{storage: ./src}}
+target: {{storage: ./dst}}
+phases:
+  data_sync: {{threads: 2}}
+  stamp: {{words: [{words}]}}
+gates:
+  stamp: {{max_files: {max_files}}}
+retries: {{attempts: 0, delay_s: 0}}
+"""
+
+
+@pytest.fixture
+def stamp_phase() -> Iterator[None]:
+    register("stamp", f"{__name__}:StampPhase", after="iam")
+    yield
+    unregister("stamp")
+
+
+def write(root: Path, name: str, words: str, max_files: int = 10) -> Path:
+    (root / "src").mkdir(exist_ok=True)
+    (root / "src" / "one.txt").write_text("1")
+    plan = root / "migration.yaml"
+    plan.write_text(PLAN.format(name=name, words=words, max_files=max_files))
+    return plan
+
+
+def test_registered_phase_takes_its_place_and_its_sections_are_validated(stamp_phase, tmp_path, capsys) -> None:
+    assert phase_names()[:3] == ["iam", "stamp", "data_sync"]
+    plan = write(tmp_path, "stamp-plan", "a, b")
+    code, out, err = run_cli(capsys, "plan", "show", str(plan), "--no-preflight")
+    assert code == 0, err
+    assert f"stamp: stamp 2 word(s) into {tmp_path / '.ferry' / 'stamps'}; gate: at most 10" in out
+    assert out.index("stamp: stamp") < out.index("data_sync: copy")  # pipeline order
+    plan.write_text(plan.read_text().replace("words: [a, b]", "words: []"))
+    code, _, err = run_cli(capsys, "plan", "validate", str(plan))
+    assert code == 2 and f"{plan}:6: phases.stamp.words: List should have at least 1 item" in err
+    plan.write_text(plan.read_text().replace("words: []", "words: [a]").replace("max_files: 10", "max_files: -1"))
+    code, _, err = run_cli(capsys, "plan", "validate", str(plan))
+    assert code == 2 and f"{plan}:8: gates.stamp.max_files: Input should be greater than or equal to 0" in err
+
+
+def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, prefect_api, tmp_path, capsys) -> None:
+    from ferry.errors import GateFailed
+    from ferry.runlog import RunLog
+    from flows.pipeline import migrate
+
+    stamps = tmp_path / ".ferry" / "stamps"
+    plan = write(tmp_path, "stamp-run", "a, b")
+    first = migrate(plan_path=str(plan))
+    assert first["phases"] == {"preflight": "PASS", "stamp": "PASS", "data_sync": "PASS"}
+    assert sorted(p.name for p in stamps.iterdir()) == ["a", "b"]
+
+    # Same inputs: the committed phase is skipped (data_sync reads storage, so it runs again).
+    again = migrate(plan_path=str(plan))
+    assert again["phases"]["stamp"] == "skipped"
+
+    # A third word with a gate that allows two files: the run's own file is rolled back, a and b stay.
+    plan.write_text(
+        plan.read_text().replace("words: [a, b]", "words: [a, b, c]").replace("max_files: 10", "max_files: 2")
+    )
+    with pytest.raises(GateFailed, match="stamp: gate failed: stamp.files"):
+        migrate(plan_path=str(plan))
+    assert sorted(p.name for p in stamps.iterdir()) == ["a", "b"]
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("stamp-run", "stamp").status == "rolled_back"
+    assert runlog.live_commit("stamp-run", "stamp")[0] == first["run_id"]
+    runlog.close()
+
+    code, out, _ = run_cli(capsys, "status", str(plan))
+    assert code == 0 and "rolled_back" in next(line for line in out.splitlines() if "stamp " in line)
+    code, out, err = run_cli(capsys, "rollback", str(plan), "--phase", "stamp")
+    assert code == 0, err
+    assert f"rolled back stamp of run {first['run_id']}: removed 2 stamp file(s)" in out
+    assert list(stamps.iterdir()) == []
