@@ -61,19 +61,21 @@ def _fsspec_knows(scheme: str) -> bool:
     return scheme in known_implementations or scheme in registry
 
 
-def open_connector(url: str, profiles: Mapping[str, Profile]) -> Connector:
-    """The connector for url: a profile alias, a built-in scheme, or any fsspec protocol."""
+def connector_kind(url: str, profiles: Mapping[str, Profile]) -> str:
+    """The connector kind url names: a profile alias, a built-in scheme, or any fsspec protocol; else UsageError."""
     location = parse_location(url)
     profile = profiles.get(location.scheme)
     if profile is not None:
-        kind = profile.type
-    elif location.scheme in SCHEMES:
-        kind = SCHEMES[location.scheme]
-    elif _fsspec_knows(location.scheme):
-        kind = "fsspec"
-    else:
-        known = ", ".join(sorted({*SCHEMES, *profiles} - {""}))
-        raise UsageError(
-            f"{url}: unknown scheme {location.scheme!r} (known: {known}, a profile, or an fsspec protocol)"
-        )
-    return _load_kind(kind).from_location(location, profile)
+        return profile.type
+    if location.scheme in SCHEMES:
+        return SCHEMES[location.scheme]
+    if _fsspec_knows(location.scheme):
+        return "fsspec"
+    known = ", ".join(sorted({*SCHEMES, *profiles} - {""}))
+    raise UsageError(f"{url}: unknown scheme {location.scheme!r} (known: {known}, a profile, or an fsspec protocol)")
+
+
+def open_connector(url: str, profiles: Mapping[str, Profile]) -> Connector:
+    """The connector for url: a profile alias, a built-in scheme, or any fsspec protocol."""
+    location = parse_location(url)
+    return _load_kind(connector_kind(url, profiles)).from_location(location, profiles.get(location.scheme))

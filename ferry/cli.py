@@ -60,10 +60,21 @@ def main() -> None:
 
 
 @plan_app.command("validate")
-def plan_validate(path: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
-    """Check a plan file: one line per problem, exit 2 if there is one."""
+def plan_validate(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Structure only: skip the files and credential variables it needs")
+    ] = False,
+) -> None:
+    """Check a plan file and that it can run here: one line per problem, exit 2 if there is one."""
+    from checks.plan_inputs import plan_problems
+
     loaded = load_plan(path)
     plan = loaded.plan
+    files = {loc: file for name in plan.enabled_phases() for loc, file in open_phase(loaded, name).files().items()}
+    problems = plan_problems(loaded, files, offline)
+    if problems:
+        raise UsageError("\n".join(problems))
     out.print(
         f"{path}: valid plan {plan.name!r}: phases {', '.join(plan.enabled_phases())}; "
         f"target profile {loaded.target.name}",
@@ -94,7 +105,7 @@ def plan_show(
         markup=False,
         highlight=False,
     )
-    refs = sorted(loaded.env_refs | credential_refs(plan))
+    refs = sorted(loaded.env_refs | set(loaded.credential_vars().values()))
     if refs:
         out.rule("environment it reads (values never shown)")
         for name in refs:
@@ -136,6 +147,8 @@ def run_plan(
     """Run the plan's phases in order, a gate after each; resume where the last run stopped."""
     logs.configure(log_format, to_stderr=False)
     loaded = load_plan(plan)  # a bad plan stops here: one line, exit 2, nothing runs
+    loaded.plan.require_phases("--only", only)
+    loaded.plan.require_phases("--force", force)
     _prefect_env()
     from flows.pipeline import migrate, new_run_id
 
@@ -231,8 +244,7 @@ def rollback(
     from ferry.runlog import RunLog
 
     loaded = load_plan(plan)
-    if phase not in loaded.plan.enabled_phases():
-        raise UsageError(f"--phase: {phase!r} is not a phase of {plan} ({', '.join(loaded.plan.enabled_phases())})")
+    loaded.plan.require_phases("--phase", [phase])
     runlog = RunLog(loaded.state_dir / "state")
     try:
         live = runlog.live_commit(loaded.plan.name, phase)
@@ -297,19 +309,6 @@ def ui(
     from flows.server import serve_ui
 
     serve_ui(port, out)
-
-
-def credential_refs(plan) -> set[str]:
-    """Environment variable names the plan reads credentials from (profiles, the live IAM source)."""
-    credentials = [profile.credentials for profile in plan.profiles.values()]
-    if plan.source.iam and plan.source.iam.aws:
-        credentials.append(plan.source.iam.aws.credentials)
-    return {
-        value
-        for creds in credentials
-        for field, value in creds.model_dump().items()
-        if field.endswith("_env") and value
-    }
 
 
 @app.command()

@@ -64,14 +64,15 @@ def load_yaml_model(path: Path, model: type[M], transform: Callable[[Any], Any] 
             data = transform(data)
         return model.model_validate(data)
     except FieldProblem as exc:
-        raise UsageError(_one_line(path, node, exc.loc, str(exc))) from None
+        raise UsageError(field_line(path, node, exc.loc, str(exc))) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise UsageError(_one_line(path, node, tuple(err["loc"]), message)) from None
+        raise UsageError(field_line(path, node, tuple(err["loc"]), message)) from None
 
 
-def _one_line(path: Path, node: yaml.Node | None, loc: tuple, message: str) -> str:
+def field_line(path: Path, node: yaml.Node | None, loc: tuple, message: str) -> str:
+    """`file:line: field.path: message`, the line being that of the field in the YAML document node."""
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = _line_of(node, loc)
     return f"{path}{':' + str(line) if line else ''}: {field}: {message}"

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
-from ferry.config import FieldProblem, load_yaml_model
+from ferry.config import FieldProblem, field_line, load_yaml_model
 from ferry.errors import UsageError
 from ferry.phase_registry import PLANNED, load_phase, phase_names
 from ferry.profiles import Credentials, Profile
@@ -24,7 +25,6 @@ from ferry.units import parse_size
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_CRON_FIELD = re.compile(r"^(\*|\d+|[A-Za-z]{3})([-/,](\d+|[A-Za-z]{3}|\*))*$")
 
 
 def _size(value: Any) -> int:
@@ -155,7 +155,7 @@ class Plan(_Strict):
     phases: _Sections
     gates: _Sections = Field(default_factory=_Sections)
     approve_before: list[str] = Field(default_factory=list)
-    # Five-field cron; the deployment runs the plan on it.
+    # Cron (as Prefect schedules it: five fields, or six with seconds); the deployment runs the plan on it.
     schedule: str | None = None
     # WARN stops the run too, not only FAIL.
     strict: bool = False
@@ -167,9 +167,9 @@ class Plan(_Strict):
     def _cron(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        fields = value.split()
-        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
-            raise ValueError(f"{value!r} is not a five-field cron expression (e.g. '0 2 * * *')")
+        # Exactly what Prefect's CronSchedule accepts: croniter's syntax, without random or hashed fields.
+        if not croniter.is_valid(value) or any(f.casefold() in ("r", "h") for f in value.split()):
+            raise ValueError(f"{value!r} is not a cron expression Prefect can schedule (e.g. '0 2 * * *')")
         return value
 
     @model_validator(mode="after")
@@ -183,6 +183,13 @@ class Plan(_Strict):
         for name in enabled:
             load_phase(name).check_plan(self)
         return self
+
+    def require_phases(self, option: str, names: list[str] | None) -> None:
+        """UsageError naming the option unless every name is an enabled phase (for --only, --force, --phase)."""
+        enabled = self.enabled_phases()
+        for name in names or []:
+            if name not in enabled:
+                raise UsageError(f"{option}: {name!r} is not a phase of this plan ({', '.join(enabled)})")
 
     def enabled_phases(self) -> list[str]:
         """The phases this plan runs, in pipeline order."""
@@ -241,12 +248,19 @@ def _interpolate(node: Any, refs: set[str], loc: tuple = ()) -> Any:
 class LoadedPlan:
     """A validated plan with where it came from, its target profile and the environment it used."""
 
-    def __init__(self, path: Path, plan: Plan, target: TargetProfile, raw: dict, env_refs: set[str]):
+    def __init__(
+        self, path: Path, plan: Plan, target: TargetProfile, raw: dict, env_refs: set[str], node: yaml.Node | None
+    ):
         self.path = path
         self.plan = plan
         self.target = target
         self.raw = raw
         self.env_refs = env_refs
+        self._node = node
+
+    def problem(self, loc: tuple, message: str) -> str:
+        """One line naming the plan file, the line of the field at loc and the field: `file:line: a.b: message`."""
+        return field_line(self.path, self._node, loc, message)
 
     def storage(self, role: str) -> str:
         """The storage URL of 'source' or 'target'; a relative local path is relative to the plan file."""
@@ -261,6 +275,20 @@ class LoadedPlan:
     def resolve(self, path: str) -> Path:
         """A path the plan names, relative to the plan file unless absolute."""
         return Path(path) if Path(path).is_absolute() else (self.path.parent / path).resolve()
+
+    def credential_vars(self) -> dict[tuple, str]:
+        """Environment variables the plan takes secrets from (profiles, live IAM), by the field naming each."""
+        named: list[tuple[tuple, Credentials]] = [
+            (("profiles", alias, "credentials"), profile.credentials) for alias, profile in self.plan.profiles.items()
+        ]
+        if self.plan.source.iam and self.plan.source.iam.aws:
+            named.append((("source", "iam", "aws", "credentials"), self.plan.source.iam.aws.credentials))
+        return {
+            (*loc, field): value
+            for loc, credentials in named
+            for field, value in credentials.model_dump().items()
+            if field.endswith("_env") and value
+        }
 
     def masked(self) -> str:
         """The plan as written, ${NAME} references kept as references: nothing resolved is shown."""
@@ -288,4 +316,5 @@ def load_plan(path: Path) -> LoadedPlan:
         "Plan", __base__=Plan, phases=(_sections("phases"), ...), gates=(gates, Field(default_factory=gates))
     )
     plan = load_yaml_model(path, model, transform=prepare)
-    return LoadedPlan(path, plan, found["target"], found["raw"], refs)
+    node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    return LoadedPlan(path, plan, found["target"], found["raw"], refs, node)

@@ -67,9 +67,8 @@ def migrate(
     loaded = load_plan(Path(plan_path))
     plan = loaded.plan
     run_id = runtime.flow_run.name or run_id or new_run_id(plan_path)
-    for name in [*(only or []), *(force or [])]:
-        if name not in plan.enabled_phases():
-            raise UsageError(f"{name!r} is not a phase of this plan ({', '.join(plan.enabled_phases())})")
+    plan.require_phases("only", only)
+    plan.require_phases("force", force)
     runlog = RunLog(loaded.state_dir / "state")
     audit = AuditFolder(loaded.state_dir / "runs" / run_id)
     audit.write_text("plan", "plan.yaml", loaded.masked())

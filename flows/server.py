@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -60,13 +62,32 @@ def start_server(port: int, timeout_s: float = 60.0, home: Path | None = None) -
     raise FerryError(f"prefect server did not become healthy on port {port} within {timeout_s:.0f}s")
 
 
-def serve_ui(port: int, console: Console) -> None:
-    """Run the server in the foreground until Ctrl-C."""
-    proc, api = start_server(port)
-    console.print(f"Prefect UI: {api.removesuffix('/api')}", markup=False, highlight=False)
-    console.print(f"for runs to appear there: export PREFECT_API_URL={api}", markup=False, highlight=False)
+def stop_server(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Stop a server started by start_server and every process it started (it leads its own session)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve_ui(port: int, console: Console) -> None:
+    """Run the server in the foreground until Ctrl-C or SIGTERM; either stops the server with it."""
+    proc, api = start_server(port)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        console.print(f"Prefect UI: {api.removesuffix('/api')}", markup=False, highlight=False)
+        console.print(f"for runs to appear there: export PREFECT_API_URL={api}", markup=False, highlight=False)
         proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=30)
+        console.print("stopping the Prefect server", markup=False, highlight=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop_server(proc)

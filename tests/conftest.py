@@ -4,7 +4,6 @@ and stopped by PID."""
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Iterator
 
 import pytest
@@ -70,7 +69,7 @@ def _no_real_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.server import start_server
+    from flows.server import start_server, stop_server
 
     # A database of its own: nothing from an earlier session (or the user's runs) is seen.
     proc, api = start_server(0, home=tmp_path_factory.mktemp("prefect-home"))
@@ -85,5 +84,4 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         # Nothing may send logs to the API any more: not to this server, nor to a temporary one.
         os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
         os.environ.pop("PREFECT_API_URL", None)
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        stop_server(proc)

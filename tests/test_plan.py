@@ -33,6 +33,13 @@ retries: {attempts: 2, delay_s: 5}
 """
 
 
+@pytest.fixture(autouse=True)
+def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    # VALID names these variables; `plan validate` checks they are set.
+    monkeypatch.setenv("META_KEY", "key-id")
+    monkeypatch.setenv("META_SECRET", "secret")
+
+
 def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(VALID)
@@ -50,6 +57,7 @@ def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:
 
 def test_env_references_resolve_and_stay_masked(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("META_ENDPOINT", "http://10.1.2.3:9000")
+    monkeypatch.delenv("META_SECRET")
     path = tmp_path / "migration.yaml"
     path.write_text(VALID.replace("http://127.0.0.1:9", "${META_ENDPOINT}"))
     loaded = load_plan(path)
@@ -179,7 +187,11 @@ MALFORMED = [
         None,
         "approve_before names 'images'",
     ),
-    ("bad cron", swap('schedule: "0 2 * * *"', 'schedule: "every night"'), ":20:", "five-field cron"),
+    ("bad cron", swap('schedule: "0 2 * * *"', 'schedule: "every night"'), ":20:", "not a cron expression"),
+    ("cron hour out of range", swap('schedule: "0 2 * * *"', 'schedule: "0 25 * * *"'), ":20:", "'0 25 * * *'"),
+    ("cron weekday out of range", swap('schedule: "0 2 * * *"', 'schedule: "0 2 * * 8"'), ":20:", "schedule"),
+    ("hashed cron", swap('schedule: "0 2 * * *"', 'schedule: "H 2 * * *"'), ":20:", "not a cron expression"),
+    ("undefined scheme alias", swap("storage: meta://", "storage: mta://"), ":6:", "unknown scheme 'mta'"),
     ("negative retries", swap("attempts: 2", "attempts: -1"), ":21:", "retries.attempts"),
     ("unknown gate setting", swap("deep_verify: false", "deep_verify: false, paranoid: true"), ":18:", "paranoid"),
     ("gate for unknown phase", swap("gates:\n", "gates:\n  warp: {}\n"), ":18:", "gates.warp: unknown field"),
@@ -203,3 +215,38 @@ def test_malformed_plan_is_one_line_and_exit_2(tmp_path, capsys, case, text, lin
         assert f"{path}{line}" in lines[0], lines[0]
     assert needle in lines[0], lines[0]
     assert "hunter2" not in err and "Traceback" not in err
+
+
+def test_plan_validate_refuses_what_cannot_run_here_unless_offline(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("META_KEY", raising=False)
+    monkeypatch.setenv("META_SECRET", "s3cr3t-value")
+    path = tmp_path / "migration.yaml"
+    path.write_text(
+        swap("storage: ./data\n", "storage: ./data\n  iam: {ldif: groups.ldif}\n").replace(
+            "phases:\n", "phases:\n  iam: {namespace: ml}\n"
+        )
+    )
+    code, _, err = run_cli(capsys, "plan", "validate", str(path))
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 2, err
+    assert f"{path}:4: source.iam.ldif: {tmp_path / 'groups.ldif'}: no such readable file" in lines[0]
+    assert f"{path}:12: profiles.meta.credentials.access_key_id_env: META_KEY is not set" in lines[1]
+    assert "s3cr3t" not in err
+    # Structure only, for a plan deployed to workers whose environment holds the secrets.
+    code, out, err = run_cli(capsys, "plan", "validate", str(path), "--offline")
+    assert code == 0 and "valid plan" in out, err
+    (tmp_path / "groups.ldif").write_text("dn: cn=ml,dc=corp\ncn: ml\n")
+    monkeypatch.setenv("META_KEY", "key-id")
+    code, out, err = run_cli(capsys, "plan", "validate", str(path))
+    assert code == 0 and "valid plan" in out, err
+
+
+def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path, capsys) -> None:
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID)
+    for option in ("--only", "--force"):
+        code, _, err = run_cli(capsys, "run", str(path), option, "data_snyc")
+        assert code == 2 and f"{option}: 'data_snyc' is not a phase of this plan (data_sync)" in err
+    code, _, err = run_cli(capsys, "rollback", str(path), "--phase", "imagse")
+    assert code == 2 and "--phase: 'imagse' is not a phase of this plan" in err
+    assert not (tmp_path / ".ferry").exists()

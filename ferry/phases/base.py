@@ -96,6 +96,10 @@ class Phase(abc.ABC):
         """Rules across sections that the phase needs (raise ValueError with the fix); called at load time."""
         return None
 
+    def files(self) -> dict[tuple, Path]:
+        """The files the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
+        return {}
+
     def inputs(self) -> dict[str, Any]:
         """What the phase's outcome depends on besides its settings and gate: files, URLs, roles (for the hash)."""
         return {}

@@ -95,12 +95,16 @@ class IamPhase(Phase):
         if namespace(plan) is None:
             raise ValueError("phases.iam needs a namespace: set phases.iam.namespace or target.cluster")
 
-    def exports(self) -> list[Path]:
+    def files(self) -> dict[tuple, Path]:
         """The export files the phase reads."""
         sources = self.loaded.plan.source.iam
         assert sources is not None
-        named = [sources.aws.export if sources.aws else None, sources.azure_export, sources.ldif]
-        return [self.loaded.resolve(p) for p in named if p]
+        named = {
+            ("source", "iam", "aws", "export"): sources.aws.export if sources.aws else None,
+            ("source", "iam", "azure_export"): sources.azure_export,
+            ("source", "iam", "ldif"): sources.ldif,
+        }
+        return {loc: self.loaded.resolve(path) for loc, path in named.items() if path}
 
     def published(self) -> Path:
         """Where the phase publishes the bindings for the cluster."""
@@ -115,7 +119,8 @@ class IamPhase(Phase):
             "roles": self.loaded.target.rbac_roles,
             # A changed export is a changed input (a live IAM account is read on every run).
             "exports": {
-                str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing" for p in self.exports()
+                str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
+                for p in self.files().values()
             },
         }
 
@@ -161,7 +166,7 @@ class IamPhase(Phase):
 
     def preflight(self) -> list[CheckResult]:
         sources = self.loaded.plan.source.iam
-        return [check_iam_sources(self.exports(), sources.aws if sources else None)]
+        return [check_iam_sources(list(self.files().values()), sources.aws if sources else None)]
 
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
         """Map, write the report and bindings to the audit folder, publish them (keeping what they replace)."""

@@ -1,0 +1,35 @@
+"""Whether a plan can run here: what `ferry plan validate` checks beyond the plan's own structure.
+
+The structure (fields, types, cross-field rules) is checked when the plan loads. This checks what a
+structurally valid plan still needs: storage URLs whose scheme ferry can open, and, unless offline
+(for plans deployed to workers whose environment holds the secrets), the files it reads and the
+environment variables it takes credentials from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from connectors.registry import connector_kind
+from ferry.errors import UsageError
+from ferry.plan import LoadedPlan
+
+
+def plan_problems(loaded: LoadedPlan, files: dict[tuple, Path], offline: bool) -> list[str]:
+    """Each reason the plan cannot run here, as one `file:line: field: problem` line (none: it can)."""
+    problems = []
+    for role in ("source", "target"):
+        try:
+            connector_kind(getattr(loaded.plan, role).storage, loaded.plan.profiles)
+        except UsageError as exc:
+            problems.append(loaded.problem((role, "storage"), str(exc)))
+    if offline:
+        return problems
+    for loc, path in files.items():
+        if not (path.is_file() and os.access(path, os.R_OK)):
+            problems.append(loaded.problem(loc, f"{path}: no such readable file"))
+    for loc, name in loaded.credential_vars().items():
+        if name not in os.environ:
+            problems.append(loaded.problem(loc, f"{name} is not set in this environment (--offline skips this)"))
+    return problems
