@@ -239,8 +239,10 @@ def approve(run_id: Annotated[str, typer.Argument(help="The run waiting for appr
 def rollback(
     plan: Annotated[Path, typer.Argument(help="The plan file")],
     phase: Annotated[str, typer.Option(help="The phase to undo")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would undo; change nothing")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Undo without asking (needed when not on a terminal)")] = False,
 ) -> None:
-    """Undo the last committed run of one phase; other phases stay as they are."""
+    """Undo the last committed run of one phase, after saying what that deletes or restores."""
     from ferry.runlog import RunLog
 
     loaded = load_plan(plan)
@@ -254,11 +256,38 @@ def rollback(
         run_record = runlog.run(run_id)
         if run_record is None:
             raise UsageError(f"{phase}: the run log has no record of run {run_id}, which committed it")
-        done = open_phase(loaded, phase).rollback(Path(run_record.audit_dir))
+        undoer, audit_root = open_phase(loaded, phase), Path(run_record.audit_dir)
+        preview = undoer.rollback(audit_root, dry_run=True)
+        _show_undo(phase, run_id, audit_root, preview)
+        if dry_run:
+            out.print("dry run: nothing was changed", markup=False, highlight=False)
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError("rollback changes the target: add --yes to confirm (or --dry-run to only look)")
+            if not typer.confirm(f"roll back {phase} of run {run_id}?", default=False):
+                out.print("nothing was changed", markup=False, highlight=False)
+                raise typer.Exit(1)
+        done = undoer.rollback(audit_root)
         runlog.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
     finally:
         runlog.close()
-    out.print(f"rolled back {phase} of run {run_id}: {done}", markup=False, highlight=False)
+    out.print(f"rolled back {phase} of run {run_id}: {done.text}", markup=False, highlight=False)
+
+
+def _show_undo(phase: str, run_id: str, audit_root: Path, preview) -> None:
+    """What a rollback will do: its summary, the first items, and the full list in the run's audit folder."""
+    out.print(f"rollback of {phase}, run {run_id}: {preview.text}", markup=False, highlight=False)
+    for item in preview.items[:_SHOWN_ACTIONS]:
+        out.print(f"  {item}", markup=False, highlight=False)
+    if len(preview.items) > _SHOWN_ACTIONS:
+        listing = audit_root / phase / "rollback-items.txt"
+        listing.write_text("\n".join(preview.items) + "\n", encoding="utf-8")
+        out.print(
+            f"  ... and {len(preview.items) - _SHOWN_ACTIONS} more ({len(preview.items)} in all: {listing})",
+            markup=False,
+            highlight=False,
+        )
 
 
 @app.command()

@@ -73,7 +73,6 @@ class Credentials(BaseModel):
                 raise UsageError(f"credentials.{name}_secret: no Prefect Secret block named {block!r}") from None
         return None
 
-
     def boto3_session_args(self) -> dict[str, str]:
         """boto3 Session arguments for what is named here; the rest is left to boto3's credential chain."""
         args = {

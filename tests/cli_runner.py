@@ -1,7 +1,13 @@
-"""Run the `ferry` console entry point in-process, as a user's shell would, and capture what it prints."""
+"""Run the `ferry` console entry point in-process, as a user's shell would, and capture what it prints.
+
+Output is captured by redirecting sys.stdout and sys.stderr for the call alone, not with pytest's
+capsys: Prefect's console handler keeps the stream it first sees, and capsys's is closed after its test.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 
 import pytest
@@ -9,14 +15,14 @@ import pytest
 from ferry import cli
 
 
-def run_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+def run_cli(*args: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `ferry ARGS...`."""
+    out, err = io.StringIO(), io.StringIO()
     old = sys.argv
     sys.argv = ["ferry", *args]
     try:
-        with pytest.raises(SystemExit) as exited:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
             cli.run()
     finally:
         sys.argv = old
-    captured = capsys.readouterr()
-    return exited.value.code, captured.out, captured.err
+    return exited.value.code, out.getvalue(), err.getvalue()

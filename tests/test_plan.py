@@ -40,7 +40,7 @@ def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("META_SECRET", "secret")
 
 
-def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:
+def test_valid_plan_loads_and_validates(tmp_path) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(VALID)
     loaded = load_plan(path)
@@ -51,18 +51,18 @@ def test_valid_plan_loads_and_validates(tmp_path, capsys) -> None:
         "compute.meta.com/interconnect": "roce-v2",
     }
     assert loaded.storage("source") == str(tmp_path / "data")
-    code, out, _ = run_cli(capsys, "plan", "validate", str(path))
+    code, out, _ = run_cli("plan", "validate", str(path))
     assert code == 0 and "valid plan 'demo-migration'" in out
 
 
-def test_env_references_resolve_and_stay_masked(tmp_path, monkeypatch, capsys) -> None:
+def test_env_references_resolve_and_stay_masked(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("META_ENDPOINT", "http://10.1.2.3:9000")
     monkeypatch.delenv("META_SECRET")
     path = tmp_path / "migration.yaml"
     path.write_text(VALID.replace("http://127.0.0.1:9", "${META_ENDPOINT}"))
     loaded = load_plan(path)
     assert loaded.plan.profiles["meta"].endpoint_url == "http://10.1.2.3:9000"
-    code, out, _ = run_cli(capsys, "plan", "show", str(path), "--no-preflight")
+    code, out, _ = run_cli("plan", "show", str(path), "--no-preflight")
     assert code == 0
     assert "${META_ENDPOINT}" in out and "10.1.2.3" not in out
     assert "META_ENDPOINT: set" in out and "META_SECRET: NOT SET" in out
@@ -203,10 +203,10 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("case", "text", "line", "needle"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_plan_is_one_line_and_exit_2(tmp_path, capsys, case, text, line, needle) -> None:
+def test_malformed_plan_is_one_line_and_exit_2(tmp_path, case, text, line, needle) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(text)
-    code, out, err = run_cli(capsys, "plan", "validate", str(path))
+    code, out, err = run_cli("plan", "validate", str(path))
     assert code == 2, (case, out, err)
     lines = [entry for entry in err.splitlines() if entry.strip()]
     assert len(lines) == 1, err
@@ -217,7 +217,7 @@ def test_malformed_plan_is_one_line_and_exit_2(tmp_path, capsys, case, text, lin
     assert "hunter2" not in err and "Traceback" not in err
 
 
-def test_plan_validate_refuses_what_cannot_run_here_unless_offline(tmp_path, monkeypatch, capsys) -> None:
+def test_plan_validate_refuses_what_cannot_run_here_unless_offline(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("META_KEY", raising=False)
     monkeypatch.setenv("META_SECRET", "s3cr3t-value")
     path = tmp_path / "migration.yaml"
@@ -226,27 +226,27 @@ def test_plan_validate_refuses_what_cannot_run_here_unless_offline(tmp_path, mon
             "phases:\n", "phases:\n  iam: {namespace: ml}\n"
         )
     )
-    code, _, err = run_cli(capsys, "plan", "validate", str(path))
+    code, _, err = run_cli("plan", "validate", str(path))
     lines = err.splitlines()
     assert code == 2 and len(lines) == 2, err
     assert f"{path}:4: source.iam.ldif: {tmp_path / 'groups.ldif'}: no such readable file" in lines[0]
     assert f"{path}:12: profiles.meta.credentials.access_key_id_env: META_KEY is not set" in lines[1]
     assert "s3cr3t" not in err
     # Structure only, for a plan deployed to workers whose environment holds the secrets.
-    code, out, err = run_cli(capsys, "plan", "validate", str(path), "--offline")
+    code, out, err = run_cli("plan", "validate", str(path), "--offline")
     assert code == 0 and "valid plan" in out, err
     (tmp_path / "groups.ldif").write_text("dn: cn=ml,dc=corp\ncn: ml\n")
     monkeypatch.setenv("META_KEY", "key-id")
-    code, out, err = run_cli(capsys, "plan", "validate", str(path))
+    code, out, err = run_cli("plan", "validate", str(path))
     assert code == 0 and "valid plan" in out, err
 
 
-def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path, capsys) -> None:
+def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(VALID)
     for option in ("--only", "--force"):
-        code, _, err = run_cli(capsys, "run", str(path), option, "data_snyc")
+        code, _, err = run_cli("run", str(path), option, "data_snyc")
         assert code == 2 and f"{option}: 'data_snyc' is not a phase of this plan (data_sync)" in err
-    code, _, err = run_cli(capsys, "rollback", str(path), "--phase", "imagse")
+    code, _, err = run_cli("rollback", str(path), "--phase", "imagse")
     assert code == 2 and "--phase: 'imagse' is not a phase of this plan" in err
     assert not (tmp_path / ".ferry").exists()

@@ -43,6 +43,14 @@ class Changes:
         return not any(self.totals.values())
 
 
+@dataclass(frozen=True)
+class Undo:
+    """What a rollback did or would do: one line, and each thing it deletes or restores (one line each)."""
+
+    text: str
+    items: list[str] = field(default_factory=list)
+
+
 class Reporter:
     """Where a running phase shows progress and reports; the pipeline gives Prefect's, tests this silent one."""
 
@@ -141,11 +149,12 @@ class Phase(abc.ABC):
         """Measure whether what the run did holds (after every step)."""
 
     @abc.abstractmethod
-    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
-        """Undo what the run whose audit folder is audit_root did (all steps, or those named); says what it did.
+    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+        """Undo what the run whose audit folder is audit_root did (all steps, or those named); say what was done.
 
         Used during a run when a step or the gate fails, and later by `ferry rollback` for a
         committed run. Undoing what was already undone does nothing: it must be safe to call twice.
+        With dry_run, change nothing and say what it would do.
         """
 
 

@@ -23,7 +23,7 @@ from connectors.transfer import COPY, Action, Stats, TransferSettings
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
 from ferry.ledger import Ledger
-from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings
+from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, Undo
 from ferry.plan import Size
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
@@ -234,7 +234,7 @@ class DataSyncPhase(Phase):
             ledger.close()
         return results
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
         """Delete every object the run's shards created (each journal once)."""
         folder = audit_root / self.name
         # Every shard the run journalled, whatever the plan's shards are now.
@@ -243,16 +243,17 @@ class DataSyncPhase(Phase):
             if steps is None
             else [folder / _journal_name(shard) for shard in steps]
         )
+        pending = [j for j in journals if j.exists() and not j.with_name(j.stem + ".rollback.json").exists()]
+        target = self.loaded.storage("target")
+        keys = [json.loads(line) for journal in pending for line in journal.read_text(encoding="utf-8").splitlines()]
+        kept = "objects it overwrote cannot be restored without bucket versioning"
+        if dry_run:
+            return Undo(f"delete {len(keys)} object(s) it created in {target} ({kept})", [f"delete {k}" for k in keys])
         deleted, errors = 0, 0
-        for journal in journals:
-            if not journal.exists() or journal.with_name(journal.stem + ".rollback.json").exists():
-                continue
-            report = delete_created(self.loaded.storage("target"), self.loaded.plan.profiles, journal)
+        for journal in pending:
+            report = delete_created(target, self.loaded.plan.profiles, journal)
             log.warning("rolled back a data_sync shard", journal=str(journal), **report)
             deleted += report["deleted_created_objects"]
             errors += report["errors"]
         failed = f"; {errors} deletion(s) failed (see the .rollback.json files)" if errors else ""
-        return (
-            f"deleted {deleted} object(s) it had created{failed} "
-            "(objects it overwrote cannot be restored without bucket versioning)"
-        )
+        return Undo(f"deleted {deleted} object(s) it had created{failed} ({kept})", [f"delete {k}" for k in keys])

@@ -27,7 +27,7 @@ from checks.iam import (
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
 from ferry.iam import DEFAULT_AWS_SERVICES, Level, Mapping, read_sources, render_rbac
-from ferry.phases.base import Changes, Phase, Reporter, Settings
+from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import DNS_LABEL, Plan
 from ferry.results import CheckResult
 
@@ -200,21 +200,28 @@ class IamPhase(Phase):
             check_rbac_schema(docs, gate.kubernetes_version),
         ]
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
+    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
         """The run's publication is replaced by what it replaced (or removed, if it replaced nothing)."""
         folder = audit_root / self.name
         done_file = folder / "rollback.json"
         if done_file.exists():
-            return json.loads(done_file.read_text(encoding="utf-8"))["done"]
+            return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
         if not (folder / "published.json").exists():
-            return f"nothing to undo: run {audit_root.name} published no bindings"
+            return Undo(f"nothing to undo: run {audit_root.name} published no bindings")
         previous, target = folder / "previous-rbac.yaml", self.published()
         if previous.exists():
+            verb, item = "restore", f"restore {target} from {previous}"
+            text = f"the bindings published before run {audit_root.name} at {target}"
+        else:
+            verb, item = "remove", f"remove {target}"
+            text = f"{target}: no bindings were published before run {audit_root.name}"
+        if dry_run:
+            return Undo(f"{verb} {text}", [item])
+        if previous.exists():
             _replace(target, previous.read_text(encoding="utf-8"))
-            done = f"restored the bindings published before run {audit_root.name} at {target}"
         else:
             target.unlink(missing_ok=True)
-            done = f"removed {target}: no bindings were published before run {audit_root.name}"
-        done_file.write_text(json.dumps({"done": done}) + "\n", encoding="utf-8")
-        log.warning("rolled back the iam phase", done=done)
-        return done
+        undo = Undo(f"{verb}d {text}", [item])
+        done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
+        log.warning("rolled back the iam phase", done=undo.text)
+        return undo

@@ -36,14 +36,21 @@ def test_run_status_rollback(prefect_api, tmp_path) -> None:
     code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert code == 0 and "committed" in out and "unchanged" in out
 
-    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
+    # Not on a terminal: nothing happens without --yes; --dry-run lists what would go.
+    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
+    assert code == 2 and "add --yes to confirm" in err
+    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--dry-run")
+    assert code == 0, err
+    assert "delete 3 object(s) it created" in out and "  delete a/one.bin" in out and "nothing was changed" in out
+    assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
+    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--yes")
     assert code == 0, err
     assert "deleted 3 object(s)" in out
     assert files(tmp_path / "dst") == []
     code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert "rolled_back" in out
 
-    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
+    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--yes")
     assert code == 2 and "no committed run to roll back" in err
 
 

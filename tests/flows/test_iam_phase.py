@@ -92,12 +92,12 @@ def test_failed_iam_gate_restores_the_previous_bindings_and_rollback_by_hand(pre
     code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert "rolled_back" in out and f"the target still holds committed run {first['run_id']}" in out
 
-    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam")
+    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam", "--yes")
     assert code == 0, err
     assert f"rolled back iam of run {first['run_id']}: removed" in out
     assert "no bindings were published before run" in out
     assert not published.exists()
     code, out, _ = run_cli(prefect_api, "status", str(plan))
     assert "rolled_back" in out and "still holds" not in out
-    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam")
+    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam", "--yes")
     assert code == 2 and "iam has no committed run to roll back" in err

@@ -75,12 +75,12 @@ def test_live_account_is_read_through_the_iam_api(moto_server, tmp_path, monkeyp
     assert mapping.roles == {1: "view", 2: "edit", 3: "admin"}
 
 
-def test_plan_show_names_the_iam_credentials_and_never_their_values(tmp_path, monkeypatch, capsys) -> None:
+def test_plan_show_names_the_iam_credentials_and_never_their_values(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LIVE_IAM_KEY", "AKIDSHOWKEY")
     monkeypatch.delenv("LIVE_IAM_SECRET", raising=False)
     plan = tmp_path / "migration.yaml"
     plan.write_text(PLAN.format(endpoint="http://127.0.0.1:9"))
-    code, out, _ = run_cli(capsys, "plan", "show", str(plan), "--no-preflight")
+    code, out, _ = run_cli("plan", "show", str(plan), "--no-preflight")
     assert code == 0
     assert "LIVE_IAM_KEY: set" in out and "LIVE_IAM_SECRET: NOT SET" in out and "AKIDSHOWKEY" not in out
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ferry.audit import AuditFolder
 from ferry.phase_registry import phase_names, register, unregister
-from ferry.phases.base import Changes, Phase, Reporter, Settings
+from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.results import CheckResult, Status
 from tests.cli_runner import run_cli
 
@@ -65,14 +65,18 @@ class StampPhase(Phase):
         status = Status.PASS if found <= self.gate_settings.max_files else Status.FAIL
         return [CheckResult("stamp.files", status, {"files": found}, {"max_files": self.gate_settings.max_files})]
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None) -> str:
-        removed = 0
-        for record in sorted((audit_root / self.name).glob("created-*.json")):
-            if steps is not None and record.stem.removeprefix("created-") not in steps:
-                continue
-            removed += Path(json.loads(record.read_text())["file"]).unlink(missing_ok=True) is None
-            record.unlink()
-        return f"removed {removed} stamp file(s)"
+    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+        records = [
+            record
+            for record in sorted((audit_root / self.name).glob("created-*.json"))
+            if steps is None or record.stem.removeprefix("created-") in steps
+        ]
+        files = [Path(json.loads(record.read_text())["file"]) for record in records]
+        if not dry_run:
+            for path, record in zip(files, records, strict=True):
+                path.unlink(missing_ok=True)
+                record.unlink()
+        return Undo(f"{'remove' if dry_run else 'removed'} {len(files)} stamp file(s)", [f"remove {f}" for f in files])
 
 
 PLAN = """\
@@ -103,22 +107,22 @@ def write(root: Path, name: str, words: str, max_files: int = 10) -> Path:
     return plan
 
 
-def test_registered_phase_takes_its_place_and_its_sections_are_validated(stamp_phase, tmp_path, capsys) -> None:
+def test_registered_phase_takes_its_place_and_its_sections_are_validated(stamp_phase, tmp_path) -> None:
     assert phase_names()[:3] == ["iam", "stamp", "data_sync"]
     plan = write(tmp_path, "stamp-plan", "a, b")
-    code, out, err = run_cli(capsys, "plan", "show", str(plan), "--no-preflight")
+    code, out, err = run_cli("plan", "show", str(plan), "--no-preflight")
     assert code == 0, err
     assert f"stamp: stamp 2 word(s) into {tmp_path / '.ferry' / 'stamps'}; gate: at most 10" in out
     assert out.index("stamp: stamp") < out.index("data_sync: copy")  # pipeline order
     plan.write_text(plan.read_text().replace("words: [a, b]", "words: []"))
-    code, _, err = run_cli(capsys, "plan", "validate", str(plan))
+    code, _, err = run_cli("plan", "validate", str(plan))
     assert code == 2 and f"{plan}:6: phases.stamp.words: List should have at least 1 item" in err
     plan.write_text(plan.read_text().replace("words: []", "words: [a]").replace("max_files: 10", "max_files: -1"))
-    code, _, err = run_cli(capsys, "plan", "validate", str(plan))
+    code, _, err = run_cli("plan", "validate", str(plan))
     assert code == 2 and f"{plan}:8: gates.stamp.max_files: Input should be greater than or equal to 0" in err
 
 
-def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, prefect_api, tmp_path, capsys) -> None:
+def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, prefect_api, tmp_path) -> None:
     from ferry.errors import GateFailed
     from ferry.runlog import RunLog
     from flows.pipeline import migrate
@@ -145,9 +149,12 @@ def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, p
     assert runlog.live_commit("stamp-run", "stamp")[0] == first["run_id"]
     runlog.close()
 
-    code, out, _ = run_cli(capsys, "status", str(plan))
+    code, out, _ = run_cli("status", str(plan))
     assert code == 0 and "rolled_back" in next(line for line in out.splitlines() if "stamp " in line)
-    code, out, err = run_cli(capsys, "rollback", str(plan), "--phase", "stamp")
+    code, out, err = run_cli("rollback", str(plan), "--phase", "stamp", "--dry-run")
+    assert code == 0 and f"rollback of stamp, run {first['run_id']}: remove 2 stamp file(s)" in out, err
+    assert f"remove {stamps / 'a'}" in out and sorted(p.name for p in stamps.iterdir()) == ["a", "b"]
+    code, out, err = run_cli("rollback", str(plan), "--phase", "stamp", "--yes")
     assert code == 0, err
     assert f"rolled back stamp of run {first['run_id']}: removed 2 stamp file(s)" in out
     assert list(stamps.iterdir()) == []
