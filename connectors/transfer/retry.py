@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Iterator
 
 import structlog
@@ -40,25 +38,46 @@ def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: 
     )
 
 
+# Objects taken from a listing per call under the retry policy: a call costs tens of microseconds,
+# too much per object, and this is about one page of an object store's listing.
+_LIST_BATCH = 1000
+
+
+class _ResumableListing:
+    """connector.list() in batches; after a failure, the next batch lists again after the last key seen."""
+
+    def __init__(self, connector: Connector, prefix: str):
+        self._connector = connector
+        self._prefix = prefix
+        self._items: Iterator[ObjectInfo] | None = None
+        self._batch: list[ObjectInfo] = []
+        self._last = ""
+
+    def next_batch(self) -> list[ObjectInfo]:
+        """Up to _LIST_BATCH more objects, [] at the end; what a failed call gathered waits for the next."""
+        if self._items is None:
+            self._items = iter(self._connector.list(prefix=self._prefix, start_after=self._last))
+        try:
+            for info in self._items:
+                self._batch.append(info)
+                self._last = info.key
+                if len(self._batch) == _LIST_BATCH:
+                    break
+        except TransientError:
+            self._items = None
+            raise
+        batch, self._batch = self._batch, []
+        return batch
+
+
 def listing(
     connector: Connector, settings: TransferSettings, on_retry: Callable[[], None] = lambda: None
 ) -> Iterator[ObjectInfo]:
-    """connector.list(), resumed after the last key seen when a page fails transiently."""
-    last, failures = "", 0
-    while True:
-        try:
-            for info in connector.list(prefix=settings.prefix, start_after=last):
-                yield info
-                last, failures = info.key, 0
-            return
-        except TransientError as exc:
-            failures += 1
-            if failures >= settings.retries:
-                raise
-            on_retry()
-            log.info("retrying listing", error=str(exc), code=exc.code, after=last)
-            backoff = random.uniform(0, min(settings.retry_max_s, settings.retry_base_s * 2**failures))
-            time.sleep(max(backoff, exc.retry_after or 0))
+    """connector.list() under the retry policy, resumed after the last key seen; each batch has all its attempts."""
+    policy = retrying(settings, on_retry)
+    pages = _ResumableListing(connector, settings.prefix)
+    while batch := policy(pages.next_batch):
+        yield from batch
 
 
 def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:
