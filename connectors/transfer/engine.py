@@ -10,6 +10,7 @@ overlap. Every object is verified before the ledger records it.
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import time
 from collections import deque
@@ -22,7 +23,7 @@ from connectors.base import Connector, ObjectInfo, Part, WriteSpec
 from connectors.checksum import combine_parts, crc32c, label, parse
 from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff
 from connectors.transfer.retry import hash_object, listing, retrying
-from connectors.transfer.scheduler import LargeJob, RateLimiter, Scheduler
+from connectors.transfer.scheduler import Parts, RateLimiter, Scheduler, Slot
 from connectors.transfer.settings import TransferSettings, part_size_for
 from connectors.transfer.stats import FAILURES_KEPT, Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
@@ -35,6 +36,51 @@ def effective_threads(threads: int, source: Connector, target: Connector) -> int
     """The pool size: as asked, unless neither end is a network store that could use that many."""
     limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
     return min(threads, max(limits)) if len(limits) == 2 else threads
+
+
+class LargeJob:
+    """A multipart object in flight, across its attempts; it holds a large-object slot until finish().
+
+    An attempt is one multipart upload: a re-copy after a checksum mismatch starts another.
+    """
+
+    def __init__(self, action: Action, slot: Slot):
+        self.action = action
+        self.key = action.key
+        self.lock = threading.Lock()
+        self.attempt = 0
+        self.started = 0.0  # when a worker starts it, as for a small object
+        self._slot = slot
+        # The current attempt, set by new_attempt().
+        self.info = ObjectInfo(self.key, 0)
+        self.size = 0
+        self.part_size = 1
+        self.mode = "stream"  # "stream", "server" or "url"
+        self.total = 0
+        self.upload_id = ""
+        self.done: dict[int, Part] = {}
+        self.parts: Parts | None = None
+        self.url: str | None = None
+
+    def new_attempt(self, info: ObjectInfo, part_size: int, mode: str) -> None:
+        """Start an attempt at copying info: no upload yet, no part done."""
+        self.attempt += 1
+        self.info, self.size, self.part_size, self.mode = info, info.size, part_size, mode
+        self.total = max(1, math.ceil(info.size / part_size))
+        self.upload_id, self.done, self.parts, self.url = "", {}, None, None
+
+    def span(self, number: int) -> tuple[int, int]:
+        start = (number - 1) * self.part_size
+        return start, min(self.part_size, self.size - start)
+
+    @property
+    def over(self) -> bool:
+        """True once the job is done or failed."""
+        return not self._slot.held
+
+    def finish(self) -> bool:
+        """End the job, done or failed, and release its slot; True only for the first call."""
+        return self._slot.release()
 
 
 def job_name(source: Connector, target: Connector) -> str:
@@ -64,7 +110,7 @@ class Transfer:
         self._url_ok = target.capabilities.url_source and source.capabilities.presign
         self._limiter = RateLimiter(settings.bwlimit) if settings.bwlimit else None
         self.threads = effective_threads(settings.threads, source, target)
-        self._sched = Scheduler(settings.memory_budget, 2 * self.threads, self._run_part)
+        self._sched = Scheduler(settings.memory_budget, 2 * self.threads)
         self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
         self._retrying = retrying(settings, on_retry=self._note_retry)
 
@@ -152,8 +198,8 @@ class Transfer:
             cost = 0 if self._server_side else size
             self._sched.submit(cost, lambda: self._copy_small(action))
         else:
-            self._sched.open_large_slot(self._max_open_large)
-            self._sched.submit(0, lambda: self._start_large(action))
+            job = LargeJob(action, self._sched.open_large_slot(self._max_open_large))
+            self._sched.submit(0, lambda: self._start_large(job))
 
     def _whole(self, size: int) -> bool:
         """True if an object of size goes in one request (or one server-side copy), not in parts."""
@@ -205,20 +251,20 @@ class Transfer:
         self.stats.finished(started, bytes_copied=src.size, **moved)
 
     # -- large objects -----------------------------------------------------------------------------
-    def _start_large(self, action: Action) -> None:
+    def _start_large(self, job: LargeJob) -> None:
+        """On a worker: begin the job's first attempt; whatever fails ends the job."""
+        job.started = time.monotonic()
         try:
-            self._begin_large(action)
+            self._begin_large(job)
         except Exception as exc:  # noqa: BLE001
-            self._fail(action.key, exc)
-            self._sched.release_large_slot()
+            self._fail_large(job, exc)
 
-    def _begin_large(self, action: Action, attempt: int = 1) -> None:
-        key = action.key
+    def _begin_large(self, job: LargeJob) -> None:
+        """Begin an attempt: resume the upload the ledger holds for the object, or begin one; queue its parts."""
+        key = job.key
         info = self._call(self.source.stat, key)
         part_size = part_size_for(info.size, self.settings, self.target)
-        mode = "server" if self._server_side else ("url" if self._url_ok else "stream")
-        job = LargeJob(action, info, part_size, mode)
-        job.attempt = attempt
+        job.new_attempt(info, part_size, "server" if self._server_side else ("url" if self._url_ok else "stream"))
         spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
         previous = self.ledger.upload(self.job, key)
         if (
@@ -235,14 +281,17 @@ class Transfer:
                 self._call(self.target.abort, key, previous.upload_id)
             job.upload_id = self._call(self.target.begin, key, spec, part_size)
             self.ledger.begin_upload(self.job, UploadRecord(key, job.upload_id, info.size, info.signature, part_size))
-        job.pending = deque(n for n in range(1, job.total + 1) if n not in job.done)
-        if not job.pending:
+        pending = deque(n for n in range(1, job.total + 1) if n not in job.done)
+        if not pending:
             self._finish_large(job)
         else:
-            self._sched.add_large(job)
+            # Only streamed parts hold their bytes here; the stores move the others.
+            cost = part_size if job.mode == "stream" else 0
+            job.parts = Parts(pending, cost, lambda number: self._run_part(job, number))
+            self._sched.add_large(job.parts)
 
     def _run_part(self, job: LargeJob, number: int) -> None:
-        if job.failed:
+        if job.over:
             return
         try:
             part = self._copy_part(job, number)
@@ -252,7 +301,7 @@ class Transfer:
             return
         with job.lock:
             job.done[number] = part
-            last = len(job.done) == job.total and not job.failed
+            last = len(job.done) == job.total and not job.over
         if last:
             try:
                 self._finish_large(job)
@@ -323,13 +372,13 @@ class Transfer:
                 raise
             log.warning("checksum mismatch, copying again", key=job.key, error=str(exc))
             self.stats.add(recopied_after_mismatch=1)
-            self._begin_large(job.action, attempt=2)
+            self._begin_large(job)
             return
         self.ledger.end_upload(self.job, job.key)
         record_sig = job.action.src.signature if job.action.src else job.info.signature
         self.ledger.record_object(self.job, ObjectRecord(job.key, job.size, record_sig, written.signature, checksum))
         self.stats.finished(job.started, bytes_copied=job.size)
-        self._sched.release_large_slot()
+        job.finish()
 
     def _verify(self, job: LargeJob, checksum: str | None) -> None:
         """Read back what the target holds: its size, and its stored checksum where it keeps one."""
@@ -340,19 +389,19 @@ class Transfer:
             raise ChecksumMismatch(f"{self.target.url}: {job.key}: stores {held.checksum}, expected {checksum}")
 
     def _fail_large(self, job: LargeJob, exc: BaseException) -> None:
-        with job.lock:
-            if job.failed:
-                return
-            job.failed = True
+        """End the job as failed, once: drop its queued parts; a permanent failure also aborts its upload."""
+        if not job.finish():
+            return
+        if job.parts is not None:
+            self._sched.drop(job.parts)
         self._fail(job.key, exc)
-        if isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
+        if job.upload_id and isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
             # Nothing to resume: drop the parts. A transient failure keeps them for the next run.
             try:
                 self.target.abort(job.key, job.upload_id)
                 self.ledger.end_upload(self.job, job.key)
             except FerryError as abort_exc:
                 log.warning("could not abort upload", key=job.key, error=str(abort_exc))
-        self._sched.release_large_slot()
 
     # -- compare and delete ------------------------------------------------------------------------
     def _compare(self, action: Action) -> None:
@@ -380,8 +429,7 @@ class Transfer:
             self._copy_small(copy)
         else:
             # A worker never waits for a slot (that could starve the parts that free one).
-            self._sched.open_large_slot(None)
-            self._start_large(copy)
+            self._start_large(LargeJob(copy, self._sched.open_large_slot(None)))
 
     def _checksums(self, src: ObjectInfo, dst: ObjectInfo) -> tuple[str | None, str | None]:
         if self.settings.checksum:

@@ -2,42 +2,43 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from connectors.base import ObjectInfo, Part
-from connectors.transfer.diff import Action
+Task = tuple[int, Callable[[], None]]
 
 
-class LargeJob:
-    """A multipart object in flight: which parts are left, which are done."""
+@dataclass(eq=False)
+class Parts:
+    """The parts of one large object waiting for workers: their numbers, the budget one holds, what runs one."""
 
-    def __init__(self, action: Action, info: ObjectInfo, part_size: int, mode: str):
-        self.action = action
-        self.key = action.key
-        self.info = info
-        self.size = info.size
-        self.part_size = part_size
-        self.mode = mode  # "stream", "server" or "url"
-        self.total = max(1, math.ceil(self.size / part_size))
-        self.upload_id = ""
-        self.pending: deque[int] = deque()
-        self.done: dict[int, Part] = {}
-        self.failed = False
-        self.lock = threading.Lock()
-        self.url: str | None = None
-        self.started = time.monotonic()
-        self.attempt = 1
+    numbers: deque[int]
+    cost: int
+    run: Callable[[int], None]
 
-    def span(self, number: int) -> tuple[int, int]:
-        start = (number - 1) * self.part_size
-        return start, min(self.part_size, self.size - start)
 
-    def part_cost(self) -> int:
-        return self.part_size if self.mode == "stream" else 0
+class Slot:
+    """One large object's place among those in flight; release() gives it back once, later calls do nothing."""
+
+    def __init__(self, scheduler: Scheduler):
+        self._scheduler = scheduler
+        self.held = True
+
+    def release(self) -> bool:
+        """Give the slot back; True the first time, False after."""
+        sched = self._scheduler
+        with sched.slots:
+            if not self.held:
+                return False
+            self.held = False
+            sched.open_large -= 1
+            sched.slots.notify()
+            if sched.closed and sched.open_large == 0:
+                sched.work.notify_all()
+        return True
 
 
 class Scheduler:
@@ -50,14 +51,13 @@ class Scheduler:
     one more if work is left, rather than waking all.
     """
 
-    def __init__(self, budget: int, max_queued: int, run_part: Callable[[LargeJob, int], None]):
+    def __init__(self, budget: int, max_queued: int):
         lock = threading.Lock()
         self.work = threading.Condition(lock)
         self.room = threading.Condition(lock)
         self.slots = threading.Condition(lock)
-        self.run_part = run_part
-        self.small: deque[tuple[int, Callable[[], None]]] = deque()
-        self.large: deque[LargeJob] = deque()
+        self.small: deque[Task] = deque()
+        self.large: deque[Parts] = deque()
         self.budget = budget
         self.available = budget
         self.large_share = budget * 3 // 4
@@ -67,32 +67,34 @@ class Scheduler:
         self.closed = False
 
     def submit(self, cost: int, fn: Callable[[], None]) -> None:
+        """Queue fn, which holds cost bytes of the budget while it runs; wait while the small lane is full."""
         with self.room:
             while len(self.small) >= self.max_queued:
                 self.room.wait()
             self.small.append((cost, fn))
             self.work.notify()
 
-    def add_large(self, job: LargeJob) -> None:
+    def add_large(self, parts: Parts) -> None:
+        """Queue a large object's parts; they go before small work whenever the budget allows."""
         with self.work:
-            self.large.append(job)
+            self.large.append(parts)
             self.work.notify()
 
-    def open_large_slot(self, limit: int | None) -> None:
+    def drop(self, parts: Parts) -> None:
+        """Forget the parts of a large object that no worker has taken yet (the object failed)."""
+        with self.work:
+            parts.numbers.clear()
+
+    def open_large_slot(self, limit: int | None) -> Slot:
         """Count one more large object in flight; with a limit, wait until one is free."""
         with self.slots:
             while limit is not None and self.open_large >= limit:
                 self.slots.wait()
             self.open_large += 1
-
-    def release_large_slot(self) -> None:
-        with self.slots:
-            self.open_large -= 1
-            self.slots.notify()
-            if self.closed and self.open_large == 0:
-                self.work.notify_all()
+        return Slot(self)
 
     def close(self) -> None:
+        """No more submissions: take() returns None once all work is done and no large object is open."""
         with self.work:
             self.closed = True
             self.work.notify_all()
@@ -101,16 +103,15 @@ class Scheduler:
         # A task larger than the whole budget still runs, alone.
         return cost <= self.available or self.available == self.budget
 
-    def _pop(self) -> tuple[int, Callable[[], None]] | None:
-        for job in self.large:
-            if job.failed:
-                job.pending.clear()
-            cost = job.part_cost()
-            if job.pending and self._fits(cost) and (self.large_held + cost <= self.large_share or not self.large_held):
-                number = job.pending.popleft()
+    def _pop(self) -> Task | None:
+        for parts in self.large:
+            cost = parts.cost
+            in_share = self.large_held + cost <= self.large_share or not self.large_held
+            if parts.numbers and self._fits(cost) and in_share:
+                number = parts.numbers.popleft()
                 self.available -= cost
                 self.large_held += cost
-                return cost, lambda job=job, number=number, cost=cost: self._run_large(job, number, cost)
+                return cost, lambda parts=parts, number=number: self._run_large(parts, number)
         if self.small and self._fits(self.small[0][0]):
             cost, fn = self.small.popleft()
             self.available -= cost
@@ -118,12 +119,13 @@ class Scheduler:
             return cost, fn
         return None
 
-    def take(self) -> tuple[int, Callable[[], None]] | None:
+    def take(self) -> Task | None:
+        """The next task (its cost and function) for a worker, waiting for one; None when all is done."""
         with self.work:
             while True:
                 task = self._pop()
-                if self.large and not self.large[0].pending:
-                    self.large = deque(j for j in self.large if j.pending)
+                if self.large and not self.large[0].numbers:
+                    self.large = deque(p for p in self.large if p.numbers)
                 if task is not None:
                     if self.small or self.large:
                         self.work.notify()
@@ -132,14 +134,15 @@ class Scheduler:
                     return None
                 self.work.wait()
 
-    def _run_large(self, job: LargeJob, number: int, cost: int) -> None:
+    def _run_large(self, parts: Parts, number: int) -> None:
         try:
-            self.run_part(job, number)
+            parts.run(number)
         finally:
             with self.work:
-                self.large_held -= cost
+                self.large_held -= parts.cost
 
     def release(self, cost: int) -> None:
+        """Give back the budget a finished task held."""
         with self.work:
             self.available += cost
             if cost:
@@ -156,6 +159,7 @@ class RateLimiter:
         self.lock = threading.Lock()
 
     def take(self, amount: int) -> None:
+        """Wait until amount bytes may pass."""
         with self.lock:
             now = time.monotonic()
             self.tokens = min(float(self.rate), self.tokens + (now - self.stamp) * self.rate)
