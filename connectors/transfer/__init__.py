@@ -1,8 +1,9 @@
 """The transfer engine: list -> diff -> schedule parts -> N workers -> verify.
 
 One module per concern: settings (the knobs), diff (what to do with each key), stats (what was
-done), scheduler (who runs what, under the byte budget), retry (the transient-error policy and
-the reads under it) and engine (the transfer itself). Callers import from here.
+done), scheduler (who runs what, under the byte budget), retry (the transient-error and checksum
+mismatch policies), route (how bytes travel) and engine (the transfer itself). Callers import
+from here.
 """
 
 from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, decide, diff, merge_join

@@ -10,7 +10,6 @@ overlap. Every object is verified before the ledger records it.
 from __future__ import annotations
 
 import contextvars
-import math
 import threading
 import time
 from collections import deque
@@ -20,12 +19,13 @@ from typing import Any
 import structlog
 
 from connectors.base import Connector, ObjectInfo, Part, WriteSpec
-from connectors.checksum import combine_parts, crc32c, label, parse
+from connectors.checksum import combine_parts, label, parse
 from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff
-from connectors.transfer.retry import hash_object, listing, retrying
-from connectors.transfer.scheduler import Parts, RateLimiter, Scheduler, Slot
+from connectors.transfer.retry import Recopy, hash_object, listing, retrying
+from connectors.transfer.route import Route, Upload
+from connectors.transfer.scheduler import Parts, Scheduler, Slot
 from connectors.transfer.settings import TransferSettings, part_size_for
-from connectors.transfer.stats import FAILURES_KEPT, Stats
+from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
 from ferry.ledger import Ledger, ObjectRecord, UploadRecord
 
@@ -38,6 +38,11 @@ def effective_threads(threads: int, source: Connector, target: Connector) -> int
     return min(threads, max(limits)) if len(limits) == 2 else threads
 
 
+def job_name(source: Connector, target: Connector) -> str:
+    """The ledger's name for a source/target pair."""
+    return f"{source.url} -> {target.url}"
+
+
 class LargeJob:
     """A multipart object in flight, across its attempts; it holds a large-object slot until finish().
 
@@ -48,30 +53,18 @@ class LargeJob:
         self.action = action
         self.key = action.key
         self.lock = threading.Lock()
-        self.attempt = 0
         self.started = 0.0  # when a worker starts it, as for a small object
-        self._slot = slot
-        # The current attempt, set by new_attempt().
-        self.info = ObjectInfo(self.key, 0)
-        self.size = 0
-        self.part_size = 1
-        self.mode = "stream"  # "stream", "server" or "url"
-        self.total = 0
-        self.upload_id = ""
+        self.attempt = 0
+        # The current attempt: its upload, the parts done, the parts queued.
+        self.upload: Upload | None = None
         self.done: dict[int, Part] = {}
         self.parts: Parts | None = None
-        self.url: str | None = None
+        self._slot = slot
 
-    def new_attempt(self, info: ObjectInfo, part_size: int, mode: str) -> None:
-        """Start an attempt at copying info: no upload yet, no part done."""
+    def new_attempt(self, upload: Upload, done: dict[int, Part]) -> None:
+        """Make upload (with the parts already done, when it resumes) the job's current attempt."""
         self.attempt += 1
-        self.info, self.size, self.part_size, self.mode = info, info.size, part_size, mode
-        self.total = max(1, math.ceil(info.size / part_size))
-        self.upload_id, self.done, self.parts, self.url = "", {}, None, None
-
-    def span(self, number: int) -> tuple[int, int]:
-        start = (number - 1) * self.part_size
-        return start, min(self.part_size, self.size - start)
+        self.upload, self.done, self.parts = upload, done, None
 
     @property
     def over(self) -> bool:
@@ -81,11 +74,6 @@ class LargeJob:
     def finish(self) -> bool:
         """End the job, done or failed, and release its slot; True only for the first call."""
         return self._slot.release()
-
-
-def job_name(source: Connector, target: Connector) -> str:
-    """The ledger's name for a source/target pair."""
-    return f"{source.url} -> {target.url}"
 
 
 class Transfer:
@@ -106,13 +94,12 @@ class Transfer:
         self.job = job_name(source, target)
         self.stats = Stats()
         self.on_action = on_action
-        self._server_side = target.capabilities.server_side_copy and target.can_copy_from(source)
-        self._url_ok = target.capabilities.url_source and source.capabilities.presign
-        self._limiter = RateLimiter(settings.bwlimit) if settings.bwlimit else None
         self.threads = effective_threads(settings.threads, source, target)
         self._sched = Scheduler(settings.memory_budget, 2 * self.threads)
         self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
         self._retrying = retrying(settings, on_retry=self._note_retry)
+        self._recopy = Recopy(on_recopy=lambda: self.stats.add(recopied_after_mismatch=1))
+        self._route = Route(source, target, settings, self.stats, self._call, self._recopy)
 
     def _note_retry(self) -> None:
         self.stats.add(retries=1)
@@ -178,13 +165,8 @@ class Transfer:
                 self._sched.release(cost)
 
     def _fail(self, key: str, exc: BaseException) -> None:
-        rejected = isinstance(exc, RejectedKey)
         message = str(exc) if isinstance(exc, FerryError) else f"{key}: {type(exc).__name__}: {exc}"
-        with self.stats.lock:
-            self.stats.failed += 1
-            self.stats.rejected += int(rejected)
-            if len(self.stats.failures) < FAILURES_KEPT:
-                self.stats.failures.append(message)
+        self.stats.add_failure(message, rejected=isinstance(exc, RejectedKey))
         log.error("object failed", key=key, error=message, code=getattr(exc, "code", ""))
 
     # -- copy ------------------------------------------------------------------------------------
@@ -194,61 +176,23 @@ class Transfer:
         self.stats.add(to_copy=1, bytes_to_copy=size)
         if self.settings.dry_run:
             return
-        if self._whole(size):
-            cost = 0 if self._server_side else size
-            self._sched.submit(cost, lambda: self._copy_small(action))
+        if self._route.whole(size):
+            self._sched.submit(self._route.whole_cost(size), lambda: self._copy_small(action))
         else:
             job = LargeJob(action, self._sched.open_large_slot(self._max_open_large))
             self._sched.submit(0, lambda: self._start_large(job))
 
-    def _whole(self, size: int) -> bool:
-        """True if an object of size goes in one request (or one server-side copy), not in parts."""
-        if self._server_side:
-            if not self.target.capabilities.server_side_part_copy:
-                return True
-            return size <= self.settings.copy_threshold and size <= self.target.capabilities.max_single_put
-        return size <= self.settings.multipart_threshold and size <= self.target.capabilities.max_single_put
-
-    def _copy_small(self, action: Action, *, second_try: bool = False) -> None:
+    def _copy_small(self, action: Action) -> None:
+        """On a worker: copy a whole object in one request and record it; a mismatch is copied once more."""
         key, src = action.key, action.src
         assert src is not None
         started = time.monotonic()
         try:
-            if self._server_side:
-                written = self._call(self.target.copy_from, self.source, src, key)
-                checksum = written.checksum
-                moved = {"bytes_server_side": src.size}
-            else:
-                data, info = self._call(self.source.get, key)
-                value = crc32c(data)
-                stored = parse(info.checksum)
-                if stored is not None and stored != value:
-                    raise ChecksumMismatch(
-                        f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}"
-                    )
-                checksum = label(value)
-                spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
-                if self._limiter:
-                    self._limiter.take(len(data))
-                written = self._call(self.target.put, key, data, spec)
-                moved = {"bytes_read": len(data), "bytes_written": len(data)}
-                del data
-            self._done(action, src, written.signature, checksum, started, moved)
-        except ChecksumMismatch as exc:
-            if second_try:
-                self._fail(key, exc)
-            else:
-                log.warning("checksum mismatch, copying again", key=key, error=str(exc))
-                self.stats.add(recopied_after_mismatch=1)
-                self._copy_small(action, second_try=True)
+            written, checksum, moved = self._recopy.run(key, lambda: self._route.copy_object(key, src))
+            self.ledger.record_object(self.job, ObjectRecord(key, src.size, src.signature, written.signature, checksum))
+            self.stats.finished(started, bytes_copied=src.size, **moved)
         except Exception as exc:  # noqa: BLE001
             self._fail(key, exc)
-
-    def _done(
-        self, action: Action, src: ObjectInfo, dst_sig: str, checksum: str | None, started: float, moved: dict[str, int]
-    ) -> None:
-        self.ledger.record_object(self.job, ObjectRecord(action.key, src.size, src.signature, dst_sig, checksum))
-        self.stats.finished(started, bytes_copied=src.size, **moved)
 
     # -- large objects -----------------------------------------------------------------------------
     def _start_large(self, job: LargeJob) -> None:
@@ -263,130 +207,91 @@ class Transfer:
         """Begin an attempt: resume the upload the ledger holds for the object, or begin one; queue its parts."""
         key = job.key
         info = self._call(self.source.stat, key)
-        part_size = part_size_for(info.size, self.settings, self.target)
-        job.new_attempt(info, part_size, "server" if self._server_side else ("url" if self._url_ok else "stream"))
-        spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
+        upload = Upload(key, info, part_size_for(info.size, self.settings, self.target), self._route.upload_mode())
+        done: dict[int, Part] = {}
         previous = self.ledger.upload(self.job, key)
         if (
             previous is not None
-            and (previous.size, previous.src_sig, previous.part_size) == (info.size, info.signature, part_size)
+            and (previous.size, previous.src_sig, previous.part_size) == (info.size, info.signature, upload.part_size)
             and self._call(self.target.upload_alive, key, previous.upload_id)
         ):
-            job.upload_id = previous.upload_id
-            job.done = {p.number: p for p in self.ledger.parts(self.job, key, previous.upload_id)}
-            self.stats.add(resumed_uploads=1, parts_resumed=len(job.done))
-            log.info("resuming upload", key=key, parts_done=len(job.done), parts=job.total)
+            upload.upload_id = previous.upload_id
+            done = {p.number: p for p in self.ledger.parts(self.job, key, previous.upload_id)}
+            self.stats.add(resumed_uploads=1, parts_resumed=len(done))
+            log.info("resuming upload", key=key, parts_done=len(done), parts=upload.total)
         else:
             if previous is not None:
                 self._call(self.target.abort, key, previous.upload_id)
-            job.upload_id = self._call(self.target.begin, key, spec, part_size)
-            self.ledger.begin_upload(self.job, UploadRecord(key, job.upload_id, info.size, info.signature, part_size))
-        pending = deque(n for n in range(1, job.total + 1) if n not in job.done)
+            spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
+            upload.upload_id = self._call(self.target.begin, key, spec, upload.part_size)
+            self.ledger.begin_upload(
+                self.job, UploadRecord(key, upload.upload_id, info.size, info.signature, upload.part_size)
+            )
+        job.new_attempt(upload, done)
+        pending = deque(n for n in range(1, upload.total + 1) if n not in done)
         if not pending:
-            self._finish_large(job)
+            self._finish_large(job, upload)
         else:
-            # Only streamed parts hold their bytes here; the stores move the others.
-            cost = part_size if job.mode == "stream" else 0
-            job.parts = Parts(pending, cost, lambda number: self._run_part(job, number))
+            job.parts = Parts(pending, upload.part_cost, lambda number: self._run_part(job, upload, number))
             self._sched.add_large(job.parts)
 
-    def _run_part(self, job: LargeJob, number: int) -> None:
+    def _run_part(self, job: LargeJob, upload: Upload, number: int) -> None:
         if job.over:
             return
         try:
-            part = self._copy_part(job, number)
-            self.ledger.record_part(self.job, job.key, job.upload_id, part)
+            part = self._route.copy_part(upload, number)
+            self.ledger.record_part(self.job, job.key, upload.upload_id, part)
         except Exception as exc:  # noqa: BLE001
             self._fail_large(job, exc)
             return
         with job.lock:
             job.done[number] = part
-            last = len(job.done) == job.total and not job.over
+            last = len(job.done) == upload.total and not job.over
         if last:
             try:
-                self._finish_large(job)
+                self._finish_large(job, upload)
             except Exception as exc:  # noqa: BLE001
                 self._fail_large(job, exc)
 
-    def _copy_part(self, job: LargeJob, number: int) -> Part:
-        start, length = job.span(number)
-        if job.mode == "server":
-            part = self._call(
-                self.target.copy_part_from, self.source, job.info, job.key, job.upload_id, number, start, length
-            )
-            self.stats.add(bytes_server_side=length)
-            return part
-        if job.mode == "url" and self._url_ok:
-            if job.url is None:
-                job.url = self.source.presign(job.key, self.settings.url_expiry_s)
-            try:
-                part = self._call(self.target.put_part_from_url, job.key, job.upload_id, number, job.url, start, length)
-                self.stats.url_copy = "used"
-                self.stats.add(bytes_url_pulled=length)
-                return part
-            except PermanentError as exc:
-                if exc.code != "NotImplemented":
-                    raise
-                # Azurite (and some gateways) answer 501 to Put Block From URL: stream instead.
-                if self._url_ok:
-                    self._url_ok = False
-                    self.stats.url_copy = f"unsupported by the target ({exc.code}): streamed instead"
-                    log.warning("target cannot pull from a URL; streaming through ferry instead", code=exc.code)
-        data = self._call(self.source.open_range, job.key, start, length)
-        self.stats.add(bytes_read=len(data))
-        if self._limiter:
-            self._limiter.take(len(data))
-        try:
-            part = self._call(self.target.put_part, job.key, job.upload_id, number, data)
-        except ChecksumMismatch:
-            self.stats.add(recopied_after_mismatch=1)
-            part = self._call(self.target.put_part, job.key, job.upload_id, number, data)
-        self.stats.add(bytes_written=len(data))
-        return part
-
-    def _finish_large(self, job: LargeJob) -> None:
-        parts = [job.done[n] for n in range(1, job.total + 1)]
-        stored = parse(job.info.checksum)
+    def _finish_large(self, job: LargeJob, upload: Upload) -> None:
+        """Complete the upload, verify what the target holds and record it; a mismatch starts one more attempt."""
+        key, info = job.key, upload.info
+        parts = [job.done[n] for n in range(1, upload.total + 1)]
+        stored = parse(info.checksum)
         if all(p.crc32c is not None for p in parts):
             value = combine_parts([(p.crc32c, p.size) for p in parts])  # type: ignore[misc]
             if stored is not None and stored != value:
-                raise ChecksumMismatch(
-                    f"{self.source.url}: {job.key}: bytes read do not match the stored {job.info.checksum}"
-                )
+                raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
         else:
             value = stored  # bytes never passed through ferry: carry the source's own checksum
         checksum = label(value) if value is not None else None
-        spec = WriteSpec(content_type=job.info.content_type, metadata=job.info.metadata or {}, checksum=checksum)
+        spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
         try:
-            written = self._call(self.target.complete, job.key, job.upload_id, parts, spec)
-            self._verify(job, checksum)
-            if job.mode != "server":
-                now = self._call(self.source.stat, job.key)
-                if (now.size, now.signature) != (job.info.size, job.info.signature):
-                    raise PermanentError(
-                        f"{self.source.url}: {job.key}: changed while it was being copied", code="Changed"
-                    )
+            written = self._call(self.target.complete, key, upload.upload_id, parts, spec)
+            self._verify(key, info.size, checksum)
+            if upload.mode != "server":
+                now = self._call(self.source.stat, key)
+                if (now.size, now.signature) != (info.size, info.signature):
+                    raise PermanentError(f"{self.source.url}: {key}: changed while it was being copied", code="Changed")
         except ChecksumMismatch as exc:
-            self.ledger.end_upload(self.job, job.key)
-            if job.attempt > 1:
+            self.ledger.end_upload(self.job, key)
+            if not self._recopy.again(job.attempt, key, exc):
                 raise
-            log.warning("checksum mismatch, copying again", key=job.key, error=str(exc))
-            self.stats.add(recopied_after_mismatch=1)
             self._begin_large(job)
             return
-        self.ledger.end_upload(self.job, job.key)
-        record_sig = job.action.src.signature if job.action.src else job.info.signature
-        self.ledger.record_object(self.job, ObjectRecord(job.key, job.size, record_sig, written.signature, checksum))
-        self.stats.finished(job.started, bytes_copied=job.size)
+        self.ledger.end_upload(self.job, key)
+        record_sig = job.action.src.signature if job.action.src else info.signature
+        self.ledger.record_object(self.job, ObjectRecord(key, info.size, record_sig, written.signature, checksum))
+        self.stats.finished(job.started, bytes_copied=info.size)
         job.finish()
 
-    def _verify(self, job: LargeJob, checksum: str | None) -> None:
+    def _verify(self, key: str, size: int, checksum: str | None) -> None:
         """Read back what the target holds: its size, and its stored checksum where it keeps one."""
-        held = self._call(self.target.stat, job.key)
-        if held.size != job.size:
-            raise ChecksumMismatch(f"{self.target.url}: {job.key}: holds {held.size} bytes, expected {job.size}")
+        held = self._call(self.target.stat, key)
+        if held.size != size:
+            raise ChecksumMismatch(f"{self.target.url}: {key}: holds {held.size} bytes, expected {size}")
         if self.target.capabilities.stores_checksum and checksum and held.checksum != checksum:
-            raise ChecksumMismatch(f"{self.target.url}: {job.key}: stores {held.checksum}, expected {checksum}")
+            raise ChecksumMismatch(f"{self.target.url}: {key}: stores {held.checksum}, expected {checksum}")
 
     def _fail_large(self, job: LargeJob, exc: BaseException) -> None:
         """End the job as failed, once: drop its queued parts; a permanent failure also aborts its upload."""
@@ -395,10 +300,10 @@ class Transfer:
         if job.parts is not None:
             self._sched.drop(job.parts)
         self._fail(job.key, exc)
-        if job.upload_id and isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
+        if job.upload is not None and isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
             # Nothing to resume: drop the parts. A transient failure keeps them for the next run.
             try:
-                self.target.abort(job.key, job.upload_id)
+                self.target.abort(job.key, job.upload.upload_id)
                 self.ledger.end_upload(self.job, job.key)
             except FerryError as abort_exc:
                 log.warning("could not abort upload", key=job.key, error=str(abort_exc))
@@ -425,7 +330,7 @@ class Transfer:
         self.stats.add(to_copy=1, bytes_to_copy=src.size)
         if self.settings.dry_run:
             return
-        if self._whole(src.size):
+        if self._route.whole(src.size):
             self._copy_small(copy)
         else:
             # A worker never waits for a slot (that could starve the parts that free one).

@@ -1,8 +1,10 @@
-"""The retry policy for transient errors, and the reads that run under it: listings and whole-object hashes."""
+"""The two retry policies: transient errors (tenacity, with the reads that run under it: listings and
+whole-object hashes), and checksum mismatches (copied once more, then failed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
@@ -10,9 +12,10 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from connectors.base import Connector, ObjectInfo
 from connectors.checksum import crc32c, label
 from connectors.transfer.settings import TransferSettings
-from ferry.errors import TransientError
+from ferry.errors import ChecksumMismatch, TransientError
 
 log = structlog.get_logger("ferry.transfer")
+T = TypeVar("T")
 
 
 def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: None) -> Retrying:
@@ -88,3 +91,29 @@ def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retr
         value = crc32c(policy.copy()(connector.open_range, info.key, offset, length), value)
         offset += length
     return label(value)
+
+
+class Recopy:
+    """The one answer to a checksum mismatch: copy once more (counted and logged); a second one fails the copy."""
+
+    def __init__(self, on_recopy: Callable[[], None]):
+        self._on_recopy = on_recopy
+
+    def again(self, attempt: int, key: str, exc: ChecksumMismatch) -> bool:
+        """True if a copy whose attempt-th try ended in exc gets another try; False if it fails with exc."""
+        if attempt > 1:
+            return False
+        log.warning("checksum mismatch, copying again", key=key, error=str(exc))
+        self._on_recopy()
+        return True
+
+    def run(self, key: str, copy: Callable[[], T]) -> T:
+        """copy(), and once more if it ends in a checksum mismatch."""
+        attempt = 1
+        while True:
+            try:
+                return copy()
+            except ChecksumMismatch as exc:
+                if not self.again(attempt, key, exc):
+                    raise
+                attempt += 1

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+_FAILURES_KEPT = 100
+
 
 class LatencyHistogram:
     """Per-object latencies in log-spaced buckets: flat memory whatever the object count."""
@@ -76,6 +78,14 @@ class Stats:
             self.latency.add(time.monotonic() - started)
             self._bump({"copied": 1, **amounts})
 
+    def add_failure(self, message: str, *, rejected: bool) -> None:
+        """One object failed: counted, and its message kept for the report (the first ones only)."""
+        with self.lock:
+            self.failed += 1
+            self.rejected += int(rejected)
+            if len(self.failures) < _FAILURES_KEPT:
+                self.failures.append(message)
+
     def _bump(self, amounts: dict[str, int]) -> None:
         for name, amount in amounts.items():
             setattr(self, name, getattr(self, name) + amount)
@@ -117,5 +127,3 @@ class Stats:
             "failures": list(self.failures),
         }
 
-
-FAILURES_KEPT = 100

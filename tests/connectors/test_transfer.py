@@ -179,3 +179,26 @@ def test_listing_gives_each_batch_all_its_attempts_and_then_gives_up() -> None:
     with pytest.raises(TransientError):
         list(listing(FlakyListing(10, [0, 0, 0]), settings, on_retry=lambda: retries.append(1)))
     assert len(retries) == 1
+
+
+def test_a_checksum_mismatch_is_copied_once_more_and_a_second_one_fails() -> None:
+    from connectors.transfer.retry import Recopy
+    from ferry.errors import ChecksumMismatch
+
+    recopied = []
+    recopy = Recopy(on_recopy=lambda: recopied.append(1))
+    outcomes = [ChecksumMismatch("MD5 differs"), "copied"]
+
+    def copy() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert recopy.run("k", copy) == "copied" and len(recopied) == 1
+    outcomes[:] = [ChecksumMismatch("first"), ChecksumMismatch("second"), "never"]
+    with pytest.raises(ChecksumMismatch, match="second"):
+        recopy.run("k", copy)
+    assert len(recopied) == 2 and outcomes == ["never"]
+    # An attempt that is not the first gets no other: what the large-object path asks.
+    assert recopy.again(2, "k", ChecksumMismatch("late")) is False and len(recopied) == 2
