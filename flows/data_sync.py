@@ -21,10 +21,9 @@ from prefect.transactions import get_transaction
 
 from checks.data import check_data
 from connectors.registry import open_connector
-from connectors.transfer import COPY, Action, Stats, TransferSettings
+from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
-from ferry.ledger import Ledger
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
@@ -169,24 +168,22 @@ def data_gate(plan_path: str) -> list[dict]:
     """The data gate for every shard: target against source, objects, bytes, size and checksum."""
     loaded = load_plan(Path(plan_path))
     gate_settings = loaded.plan.gates.data_sync
-    ledger = Ledger(loaded.state_dir / "state")
     results = []
-    try:
-        for shard in shards(loaded):
-            settings = shard_settings(loaded, shard)
-            if not gate_settings.allow_extra:
-                settings = dataclasses.replace(settings, delete=True)
-            source = open_connector(loaded.storage("source"), loaded.plan.profiles)
-            target = open_connector(loaded.storage("target"), loaded.plan.profiles)
-            try:
-                result = check_data(source, target, ledger, settings, deep=gate_settings.deep_verify)
-            finally:
-                source.close()
-                target.close()
-            name = f"{result.name}[{shard}]" if shard else result.name
-            results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
-    finally:
-        ledger.close()
+    for shard in shards(loaded):
+        settings = shard_settings(loaded, shard)
+        if not gate_settings.allow_extra:
+            settings = dataclasses.replace(settings, delete=True)
+        source = open_connector(loaded.storage("source"), loaded.plan.profiles)
+        target = open_connector(loaded.storage("target"), loaded.plan.profiles)
+        state = TransferState(loaded.state_dir / "state", source.url, target.url, settings.prefix)
+        try:
+            result = check_data(source, target, state, settings, deep=gate_settings.deep_verify)
+        finally:
+            state.close()
+            source.close()
+            target.close()
+        name = f"{result.name}[{shard}]" if shard else result.name
+        results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
     return [r.to_dict() for r in results]
 
 

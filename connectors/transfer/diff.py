@@ -1,4 +1,4 @@
-"""The diff: both listings and the ledger merge-joined in key order, and what to do with each key.
+"""The diff: both listings and the transfer state merge-joined in key order, and what to do with each key.
 
 All three inputs are streams, so memory stays flat whatever the object count.
 """
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from connectors.base import ObjectInfo
 from connectors.transfer.settings import TransferSettings
+from connectors.transfer.state import ObjectRecord
 from ferry.errors import PermanentError
-from ferry.ledger import ObjectRecord
 
 COPY, SKIP, DELETE, COMPARE = "copy", "skip", "delete", "compare"
 
@@ -45,7 +45,7 @@ def merge_join(
     records: Iterator[ObjectRecord],
     settings: TransferSettings,
 ) -> Iterator[Joined]:
-    """(key, source, target, ledger record) for every selected key either side holds, in key order.
+    """(key, source, target, record in the state) for every selected key either side holds, in key order.
 
     All three inputs are streams in key order; nothing is held but the current item of each.
     """
@@ -72,7 +72,7 @@ def diff(
     records: Iterator[ObjectRecord],
     settings: TransferSettings,
 ) -> Iterator[Action]:
-    """Merge-join the two listings and the ledger into actions."""
+    """Merge-join the two listings and the state's records into actions."""
     for key, s, d, r in merge_join(source, target, records, settings):
         yield decide(key, s, d, r, settings)
 
@@ -80,7 +80,7 @@ def diff(
 def decide(
     key: str, s: ObjectInfo | None, d: ObjectInfo | None, r: ObjectRecord | None, settings: TransferSettings
 ) -> Action:
-    """What to do with one key, from what each side and the ledger know of it."""
+    """What to do with one key, from what each side and the state know of it."""
     if s is None:
         return Action(DELETE if settings.delete else SKIP, key, None, d, r, "only in target")
     if d is None:

@@ -1,10 +1,10 @@
 """The transfer engine: list -> diff -> schedule parts -> N workers -> verify.
 
-Both listings are streamed and merge-joined in key order with the ledger, so memory stays flat
-whatever the object count. One pool of worker threads takes work from two lanes: whole small
-objects, and the parts of the large objects in flight. A byte budget caps what is held in
-memory; large parts go first when the budget allows, small objects fill the rest, so the two
-overlap. Every object is verified before the ledger records it.
+Both listings are streamed and merge-joined in key order with the shard's transfer state, so
+memory stays flat whatever the object count. One pool of worker threads takes work from two
+lanes: whole small objects, and the parts of the large objects in flight. A byte budget caps
+what is held in memory; large parts go first when the budget allows, small objects fill the
+rest, so the two overlap. Every object is verified before the state records it.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from connectors.transfer.retry import Recopy, hash_object, listing, retrying
 from connectors.transfer.route import Route, Upload
 from connectors.transfer.scheduler import Parts, Scheduler, Slot
 from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
 from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
-from ferry.ledger import Ledger, ObjectRecord, UploadRecord
 
 log = structlog.get_logger("ferry.transfer")
 
@@ -36,11 +36,6 @@ def effective_threads(threads: int, source: Connector, target: Connector) -> int
     """The pool size: as asked, unless neither end is a network store that could use that many."""
     limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
     return min(threads, max(limits)) if len(limits) == 2 else threads
-
-
-def job_name(source: Connector, target: Connector) -> str:
-    """The ledger's name for a source/target pair."""
-    return f"{source.url} -> {target.url}"
 
 
 class LargeJob:
@@ -83,15 +78,14 @@ class Transfer:
         self,
         source: Connector,
         target: Connector,
-        ledger: Ledger,
+        state: TransferState,
         settings: TransferSettings,
         on_action: Callable[[Action], None] | None = None,
     ):
         self.source = source
         self.target = target
-        self.ledger = ledger
+        self.state = state
         self.settings = settings
-        self.job = job_name(source, target)
         self.stats = Stats()
         self.on_action = on_action
         self.threads = effective_threads(settings.threads, source, target)
@@ -126,13 +120,13 @@ class Transfer:
             self._sched.close()
             for worker in workers:
                 worker.join()
-            self.ledger.flush()
+            self.state.flush()
         return self.stats
 
     def _produce(self) -> None:
         counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
         target = listing(self.target, self.settings, self._note_retry)
-        records = self.ledger.objects(self.job, self.settings.prefix)
+        records = self.state.objects()
         for action in diff(counted, target, records, self.settings):
             if self.on_action is not None:
                 self.on_action(action)
@@ -189,7 +183,7 @@ class Transfer:
         started = time.monotonic()
         try:
             written, checksum, moved = self._recopy.run(key, lambda: self._route.copy_object(key, src))
-            self.ledger.record_object(self.job, ObjectRecord(key, src.size, src.signature, written.signature, checksum))
+            self.state.record_object(ObjectRecord(key, src.size, src.signature, written.signature, checksum))
             self.stats.finished(started, bytes_copied=src.size, **moved)
         except Exception as exc:  # noqa: BLE001
             self._fail(key, exc)
@@ -204,19 +198,19 @@ class Transfer:
             self._fail_large(job, exc)
 
     def _begin_large(self, job: LargeJob) -> None:
-        """Begin an attempt: resume the upload the ledger holds for the object, or begin one; queue its parts."""
+        """Begin an attempt: resume the upload the state holds for the object, or begin one; queue its parts."""
         key = job.key
         info = self._call(self.source.stat, key)
         upload = Upload(key, info, part_size_for(info.size, self.settings, self.target), self._route.upload_mode())
         done: dict[int, Part] = {}
-        previous = self.ledger.upload(self.job, key)
+        previous = self.state.upload(key)
         if (
             previous is not None
             and (previous.size, previous.src_sig, previous.part_size) == (info.size, info.signature, upload.part_size)
             and self._call(self.target.upload_alive, key, previous.upload_id)
         ):
             upload.upload_id = previous.upload_id
-            done = {p.number: p for p in self.ledger.parts(self.job, key, previous.upload_id)}
+            done = {p.number: p for p in self.state.parts(key, previous.upload_id)}
             self.stats.add(resumed_uploads=1, parts_resumed=len(done))
             log.info("resuming upload", key=key, parts_done=len(done), parts=upload.total)
         else:
@@ -224,9 +218,7 @@ class Transfer:
                 self._call(self.target.abort, key, previous.upload_id)
             spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
             upload.upload_id = self._call(self.target.begin, key, spec, upload.part_size)
-            self.ledger.begin_upload(
-                self.job, UploadRecord(key, upload.upload_id, info.size, info.signature, upload.part_size)
-            )
+            self.state.begin_upload(UploadRecord(key, upload.upload_id, info.size, info.signature, upload.part_size))
         job.new_attempt(upload, done)
         pending = deque(n for n in range(1, upload.total + 1) if n not in done)
         if not pending:
@@ -240,7 +232,7 @@ class Transfer:
             return
         try:
             part = self._route.copy_part(upload, number)
-            self.ledger.record_part(self.job, job.key, upload.upload_id, part)
+            self.state.record_part(job.key, upload.upload_id, part)
         except Exception as exc:  # noqa: BLE001
             self._fail_large(job, exc)
             return
@@ -274,14 +266,14 @@ class Transfer:
                 if (now.size, now.signature) != (info.size, info.signature):
                     raise PermanentError(f"{self.source.url}: {key}: changed while it was being copied", code="Changed")
         except ChecksumMismatch as exc:
-            self.ledger.end_upload(self.job, key)
+            self.state.end_upload(key)
             if not self._recopy.again(job.attempt, key, exc):
                 raise
             self._begin_large(job)
             return
-        self.ledger.end_upload(self.job, key)
+        self.state.end_upload(key)
         record_sig = job.action.src.signature if job.action.src else info.signature
-        self.ledger.record_object(self.job, ObjectRecord(key, info.size, record_sig, written.signature, checksum))
+        self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum))
         self.stats.finished(job.started, bytes_copied=info.size)
         job.finish()
 
@@ -304,13 +296,13 @@ class Transfer:
             # Nothing to resume: drop the parts. A transient failure keeps them for the next run.
             try:
                 self.target.abort(job.key, job.upload.upload_id)
-                self.ledger.end_upload(self.job, job.key)
+                self.state.end_upload(job.key)
             except FerryError as abort_exc:
                 log.warning("could not abort upload", key=job.key, error=str(abort_exc))
 
     # -- compare and delete ------------------------------------------------------------------------
     def _compare(self, action: Action) -> None:
-        """Equal sizes and no ledger record (or --checksum): compare checksums, copy if they differ."""
+        """Equal sizes and no record in the state (or --checksum): compare checksums, copy if they differ."""
         key, src, dst = action.key, action.src, action.dst
         assert src is not None and dst is not None
         try:
@@ -321,7 +313,7 @@ class Transfer:
         if src_sum is not None and src_sum == dst_sum:
             self.stats.add(skipped=1, bytes_skipped=src.size)
             if not self.settings.dry_run:
-                self.ledger.record_object(self.job, ObjectRecord(key, src.size, src.signature, dst.signature, src_sum))
+                self.state.record_object(ObjectRecord(key, src.size, src.signature, dst.signature, src_sum))
             return
         reason = "checksums differ" if dst_sum is not None else "target has no stored checksum"
         copy = Action(COPY, key, src, dst, action.record, reason)
@@ -359,7 +351,7 @@ class Transfer:
         def delete() -> None:
             try:
                 self._call(self.target.delete, action.key)
-                self.ledger.forget_object(self.job, action.key)
+                self.state.forget_object(action.key)
             except Exception as exc:  # noqa: BLE001
                 self.stats.add(deleted=-1)
                 self._fail(action.key, exc)

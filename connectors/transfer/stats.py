@@ -126,4 +126,3 @@ class Stats:
             "latency_s": {"p50": None if p50 is None else round(p50, 4), "p99": None if p99 is None else round(p99, 4)},
             "failures": list(self.failures),
         }
-

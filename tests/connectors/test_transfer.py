@@ -8,9 +8,18 @@ import pytest
 
 from connectors.base import Capabilities, GiB, MiB, ObjectInfo
 from connectors.checksum import combine_parts, crc32c
-from connectors.transfer import COMPARE, COPY, DELETE, SKIP, LatencyHistogram, TransferSettings, diff, part_size_for
+from connectors.transfer import (
+    COMPARE,
+    COPY,
+    DELETE,
+    SKIP,
+    LatencyHistogram,
+    ObjectRecord,
+    TransferSettings,
+    diff,
+    part_size_for,
+)
 from ferry.errors import PermanentError
-from ferry.ledger import ObjectRecord
 
 
 def info(key: str, size: int = 1, sig: str = "s") -> ObjectInfo:
