@@ -6,7 +6,7 @@ mismatch policies), route (how bytes travel), state (one shard's durable record)
 (the transfer itself). Callers import from here.
 """
 
-from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, decide, diff, merge_join
+from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, merge_join
 from connectors.transfer.engine import Transfer, abort_incomplete, effective_threads
 from connectors.transfer.retry import hash_object, listing, retrying
 from connectors.transfer.settings import TransferSettings, part_size_for
@@ -26,7 +26,6 @@ __all__ = [
     "TransferSettings",
     "TransferState",
     "abort_incomplete",
-    "decide",
     "diff",
     "effective_threads",
     "hash_object",
