@@ -29,11 +29,13 @@ FERRY = str(Path(sys.executable).with_name("ferry"))
 PART = 8 << 20
 
 
-def _recorded(ledger: Path) -> int:
+def _recorded(state: Path) -> int:
+    """Parts recorded in the transfer state of the run's one shard (0 until the run has created it)."""
     try:
-        with sqlite3.connect(ledger, timeout=1) as conn:
+        (path,) = state.glob("transfers/*.sqlite")
+        with sqlite3.connect(path, timeout=1) as conn:
             return conn.execute("SELECT count(*) FROM parts").fetchone()[0]
-    except sqlite3.Error:
+    except (ValueError, sqlite3.Error):
         return 0
 
 
@@ -70,13 +72,14 @@ def main() -> int:
         ]
         kill_at = max(1, int(total * rng.uniform(0.1, 0.9)))
         first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ledger = work / "state" / "ledger.sqlite"
-        while _recorded(ledger) < kill_at and first.poll() is None:
+        state = work / "state"
+        while _recorded(state) < kill_at and first.poll() is None:
             time.sleep(0.02)
         first.send_signal(signal.SIGKILL)
         first.wait()
-        recorded = _recorded(ledger)
-        with sqlite3.connect(ledger) as conn:
+        recorded = _recorded(state)
+        (state_file,) = state.glob("transfers/*.sqlite")
+        with sqlite3.connect(state_file) as conn:
             (upload_id,) = conn.execute("SELECT upload_id FROM uploads").fetchone()
         pages = client.get_paginator("list_parts").paginate(
             Bucket="resume", Key=f"p/{data.path.name}", UploadId=upload_id

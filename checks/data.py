@@ -18,14 +18,14 @@ from connectors.transfer import (
     COPY,
     SKIP,
     Action,
+    ObjectRecord,
     TransferSettings,
+    TransferState,
     hash_object,
-    job_name,
     listing,
     merge_join,
     retrying,
 )
-from ferry.ledger import Ledger, ObjectRecord
 from ferry.results import CheckResult, Status
 
 NAME = "data.target_matches_source"
@@ -99,14 +99,11 @@ class DataTally:
 
 
 def check_data(
-    source: Connector, target: Connector, ledger: Ledger, settings: TransferSettings, *, deep: bool = False
+    source: Connector, target: Connector, state: TransferState, settings: TransferSettings, *, deep: bool = False
 ) -> CheckResult:
     """Compare target against source: objects, bytes, per-object size and checksum."""
     tally = DataTally()
-    job = job_name(source, target)
-    joined = merge_join(
-        listing(source, settings), listing(target, settings), ledger.objects(job, settings.prefix), settings
-    )
+    joined = merge_join(listing(source, settings), listing(target, settings), state.objects(), settings)
     pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=min(32, settings.threads)) as pool:
         for key, cur_s, cur_d, record in joined:

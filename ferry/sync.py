@@ -15,9 +15,8 @@ from typing import Any
 from checks.data import NAME, DataTally, check_data
 from connectors.base import redact_url
 from connectors.registry import open_connector
-from connectors.transfer import Action, Stats, Transfer, TransferSettings, abort_incomplete
+from connectors.transfer import Action, Stats, Transfer, TransferSettings, TransferState, abort_incomplete
 from ferry.errors import FerryError
-from ferry.ledger import Ledger
 from ferry.profiles import Profile
 from ferry.results import CheckResult, Status
 
@@ -61,7 +60,7 @@ def run_sync(
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir)."""
     source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
-    ledger = Ledger(state_dir)
+    state = TransferState(state_dir, source.url, target.url, settings.prefix)
     seen = DataTally()
 
     def observe(action: Action) -> None:
@@ -70,7 +69,7 @@ def run_sync(
             on_action(action)
 
     try:
-        transfer = Transfer(source, target, ledger, settings, on_action=observe)
+        transfer = Transfer(source, target, state, settings, on_action=observe)
         if on_start is not None:
             on_start(transfer.stats)
         stats = transfer.run()
@@ -82,9 +81,9 @@ def run_sync(
             # Nothing changed: this run's own listing is the target's state; no second listing.
             gate = seen.result(settings, note="judged from this run's listing: nothing was copied, deleted or failed")
         else:
-            gate = check_data(source, target, ledger, settings, deep=deep_verify)
+            gate = check_data(source, target, state, settings, deep=deep_verify)
     finally:
-        ledger.close()
+        state.close()
         source.close()
         target.close()
     result = SyncResult(source_url, target_url, settings, stats, gate)

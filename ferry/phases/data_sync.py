@@ -19,10 +19,9 @@ from pydantic import Field, field_validator
 
 from checks.data import check_data
 from connectors.registry import open_connector
-from connectors.transfer import COPY, Action, Stats, TransferSettings
+from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
-from ferry.ledger import Ledger
 from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, Undo
 from ferry.plan import Size
 from ferry.results import CheckResult
@@ -214,24 +213,22 @@ class DataSyncPhase(Phase):
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""
         gate = self.gate_settings
-        ledger = Ledger(self.loaded.state_dir / "state")
         results = []
-        try:
-            for shard in self.steps():
-                settings = self.transfer_settings(shard)
-                if not gate.allow_extra:
-                    settings = dataclasses.replace(settings, delete=True)
-                source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
-                target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
-                try:
-                    result = check_data(source, target, ledger, settings, deep=gate.deep_verify)
-                finally:
-                    source.close()
-                    target.close()
-                name = f"{result.name}[{shard}]" if shard else result.name
-                results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
-        finally:
-            ledger.close()
+        for shard in self.steps():
+            settings = self.transfer_settings(shard)
+            if not gate.allow_extra:
+                settings = dataclasses.replace(settings, delete=True)
+            source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+            target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
+            state = TransferState(self.loaded.state_dir / "state", source.url, target.url, settings.prefix)
+            try:
+                result = check_data(source, target, state, settings, deep=gate.deep_verify)
+            finally:
+                state.close()
+                source.close()
+                target.close()
+            name = f"{result.name}[{shard}]" if shard else result.name
+            results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
         return results
 
     def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:

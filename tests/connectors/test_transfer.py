@@ -8,9 +8,18 @@ import pytest
 
 from connectors.base import Capabilities, GiB, MiB, ObjectInfo
 from connectors.checksum import combine_parts, crc32c
-from connectors.transfer import COMPARE, COPY, DELETE, SKIP, LatencyHistogram, TransferSettings, diff, part_size_for
+from connectors.transfer import (
+    COMPARE,
+    COPY,
+    DELETE,
+    SKIP,
+    LatencyHistogram,
+    ObjectRecord,
+    TransferSettings,
+    diff,
+    part_size_for,
+)
 from ferry.errors import PermanentError
-from ferry.ledger import ObjectRecord
 
 
 def info(key: str, size: int = 1, sig: str = "s") -> ObjectInfo:
@@ -135,3 +144,70 @@ def test_passwords_in_urls_never_reach_messages() -> None:
     assert redact_url("s3://bucket/a@b:c") == "s3://bucket/a@b:c"
     assert redact_url("./local/path") == "./local/path"
     assert open_connector("memory://ops:hunter2@bucket/x", {}).url == "memory://ops:***@bucket/x"
+
+
+class FlakyListing:
+    """A listing that fails transiently after yielding a given number of objects, once per entry of fail_after."""
+
+    def __init__(self, count: int, fail_after: list[int]):
+        self.keys = [f"k{i:05d}" for i in range(count)]
+        self.fail_after = list(fail_after)
+        self.started_after: list[str] = []
+
+    def list(self, prefix: str = "", start_after: str = ""):
+        from ferry.errors import TransientError
+
+        self.started_after.append(start_after)
+        limit = self.fail_after.pop(0) if self.fail_after else None
+        for served, key in enumerate(k for k in self.keys if k > start_after):
+            if served == limit:
+                raise TransientError("connection reset", code="Reset")
+            yield info(key)
+
+
+def test_listing_resumes_after_the_last_key_under_the_retry_policy() -> None:
+    from connectors.transfer import listing
+
+    settings = TransferSettings(retries=3, retry_base_s=0.001, retry_max_s=0.002)
+    flaky = FlakyListing(2500, fail_after=[5, 0, 1200])
+    retries = []
+    keys = [i.key for i in listing(flaky, settings, on_retry=lambda: retries.append(1))]
+    assert keys == flaky.keys
+    assert flaky.started_after == ["", "k00004", "k00004", "k01204"]
+    assert len(retries) == 3
+
+
+def test_listing_gives_each_batch_all_its_attempts_and_then_gives_up() -> None:
+    from connectors.transfer import listing
+    from ferry.errors import TransientError
+
+    settings = TransferSettings(retries=2, retry_base_s=0.001, retry_max_s=0.002)
+    # One failure per batch of a thousand: progress between failures keeps the listing going.
+    assert [i.key for i in listing(FlakyListing(3000, [1000, 1000]), settings)] == FlakyListing(3000, []).keys
+    retries = []
+    with pytest.raises(TransientError):
+        list(listing(FlakyListing(10, [0, 0, 0]), settings, on_retry=lambda: retries.append(1)))
+    assert len(retries) == 1
+
+
+def test_a_checksum_mismatch_is_copied_once_more_and_a_second_one_fails() -> None:
+    from connectors.transfer.retry import Recopy
+    from ferry.errors import ChecksumMismatch
+
+    recopied = []
+    recopy = Recopy(on_recopy=lambda: recopied.append(1))
+    outcomes = [ChecksumMismatch("MD5 differs"), "copied"]
+
+    def copy() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert recopy.run("k", copy) == "copied" and len(recopied) == 1
+    outcomes[:] = [ChecksumMismatch("first"), ChecksumMismatch("second"), "never"]
+    with pytest.raises(ChecksumMismatch, match="second"):
+        recopy.run("k", copy)
+    assert len(recopied) == 2 and outcomes == ["never"]
+    # An attempt that is not the first gets no other: what the large-object path asks.
+    assert recopy.again(2, "k", ChecksumMismatch("late")) is False and len(recopied) == 2

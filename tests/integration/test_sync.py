@@ -14,8 +14,7 @@ from checks.data import check_data
 from connectors.base import WriteSpec
 from connectors.checksum import crc32c
 from connectors.registry import open_connector
-from connectors.transfer import TransferSettings
-from ferry.ledger import Ledger
+from connectors.transfer import TransferSettings, TransferState
 from ferry.results import Status
 from ferry.sync import run_sync
 from tests.integration.faultproxy import FaultProxy
@@ -170,9 +169,9 @@ def test_corrupted_target_object_is_found_and_mended(moto_env, tmp_path) -> None
     client.put_object(Bucket=bucket, Key="p/a/one.bin", Body=bytes(bad), Metadata=head["Metadata"])
 
     source, target = open_connector(str(tmp_path / "src"), {}), open_connector(f"s3://{bucket}/p", {})
-    ledger = Ledger(tmp_path / "state")
-    gate = check_data(source, target, ledger, SETTINGS)
-    ledger.close()
+    state = TransferState(tmp_path / "state", source.url, target.url, SETTINGS.prefix)
+    gate = check_data(source, target, state, SETTINGS)
+    state.close()
     assert gate.status == Status.FAIL
     assert gate.measured["changed_after_copy"] == 1
     assert any("a/one.bin" in line for line in gate.evidence)
@@ -279,9 +278,10 @@ def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tm
 
     def recorded() -> int:
         try:
-            with sqlite3.connect(state / "ledger.sqlite") as conn:
+            (path,) = state.glob("transfers/*.sqlite")  # one shard: one state file, once the run made it
+            with sqlite3.connect(path) as conn:
                 return conn.execute("SELECT count(*) FROM parts").fetchone()[0]
-        except sqlite3.Error:
+        except (ValueError, sqlite3.Error):
             return 0
 
     deadline = time.monotonic() + 60
@@ -291,7 +291,8 @@ def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tm
     proc.wait()
     done_before = recorded()
     assert 20 <= done_before < 96
-    with sqlite3.connect(state / "ledger.sqlite") as conn:
+    (state_file,) = state.glob("transfers/*.sqlite")
+    with sqlite3.connect(state_file) as conn:
         (upload_id,) = conn.execute("SELECT upload_id FROM uploads").fetchone()
     client = s3(moto_env.endpoint)
     on_server = sum(
@@ -308,6 +309,42 @@ def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tm
     assert report["summary"]["bytes"]["read_through_ferry"] == len(data) - done_before * 256 * KiB
     assert report["gate"]["status"] == "PASS"
     assert client.get_object(Bucket=bucket, Key="p/ckpt.bin")["Body"].read() == data
+
+
+def test_an_upload_in_flight_in_a_ferry_0_1_ledger_resumes_mid_object(moto_env, tmp_path) -> None:
+    import sqlite3
+
+    from connectors.transfer import part_size_for
+    from tests.connectors.test_state import LEGACY_SCHEMA
+
+    (tmp_path / "src").mkdir()
+    source_url, bucket = str(tmp_path / "src"), new_bucket(moto_env.endpoint)
+    source, target = open_connector(source_url, {}), open_connector(f"s3://{bucket}/p", {})
+    part = part_size_for(1, SETTINGS, target)
+    data = os.urandom(3 * part + 17)
+    (tmp_path / "src" / "ckpt.bin").write_bytes(data)
+    # What ferry 0.1 left when it was killed: an upload begun, two parts sent and recorded.
+    info = source.stat("ckpt.bin")
+    upload_id = target.begin("ckpt.bin", WriteSpec(content_type=info.content_type, metadata={}), part)
+    sent = [target.put_part("ckpt.bin", upload_id, n, data[(n - 1) * part : n * part]) for n in (1, 2)]
+    job = f"{source.url} -> {target.url}"
+    (tmp_path / "state").mkdir()
+    with sqlite3.connect(tmp_path / "state" / "ledger.sqlite") as conn:
+        conn.executescript(LEGACY_SCHEMA)
+        conn.execute(
+            "INSERT INTO uploads VALUES (?, 'ckpt.bin', ?, ?, ?, ?)", (job, upload_id, len(data), info.signature, part)
+        )
+        conn.executemany(
+            "INSERT INTO parts VALUES (?, 'ckpt.bin', ?, ?, ?, ?, ?)",
+            [(job, upload_id, p.number, p.size, p.etag, p.crc32c) for p in sent],
+        )
+    conn.close()
+
+    result = sync(source_url, f"s3://{bucket}/p", tmp_path / "state")
+    assert result.ok, result.stats.failures
+    assert (result.stats.resumed_uploads, result.stats.parts_resumed) == (1, 2)
+    assert result.stats.bytes_read == len(data) - 2 * part
+    assert bucket_objects(moto_env.endpoint, bucket, "p/") == {"ckpt.bin": data}
 
 
 def test_abort_incomplete_removes_orphaned_uploads(moto_env, tmp_path) -> None:

@@ -1,0 +1,36 @@
+"""The transfer engine: list -> diff -> schedule parts -> N workers -> verify.
+
+One module per concern: settings (the knobs), diff (what to do with each key), stats (what was
+done), scheduler (who runs what, under the byte budget), retry (the transient-error and checksum
+mismatch policies), route (how bytes travel), state (one shard's durable record) and engine
+(the transfer itself). Callers import from here.
+"""
+
+from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, merge_join
+from connectors.transfer.engine import Transfer, abort_incomplete, effective_threads
+from connectors.transfer.retry import hash_object, listing, retrying
+from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.state import ObjectRecord, TransferState
+from connectors.transfer.stats import LatencyHistogram, Stats
+
+__all__ = [
+    "COMPARE",
+    "COPY",
+    "DELETE",
+    "SKIP",
+    "Action",
+    "LatencyHistogram",
+    "ObjectRecord",
+    "Stats",
+    "Transfer",
+    "TransferSettings",
+    "TransferState",
+    "abort_incomplete",
+    "diff",
+    "effective_threads",
+    "hash_object",
+    "listing",
+    "merge_join",
+    "part_size_for",
+    "retrying",
+]

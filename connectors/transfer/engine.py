@@ -1,0 +1,371 @@
+"""The transfer engine: list -> diff -> schedule parts -> N workers -> verify.
+
+Both listings are streamed and merge-joined in key order with the shard's transfer state, so
+memory stays flat whatever the object count. One pool of worker threads takes work from two
+lanes: whole small objects, and the parts of the large objects in flight. A byte budget caps
+what is held in memory; large parts go first when the budget allows, small objects fill the
+rest, so the two overlap. Every object is verified before the state records it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import structlog
+
+from connectors.base import Connector, ObjectInfo, Part, WriteSpec
+from connectors.checksum import combine_parts, label, parse
+from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff
+from connectors.transfer.retry import Recopy, hash_object, listing, retrying
+from connectors.transfer.route import Route, Upload
+from connectors.transfer.scheduler import Parts, Scheduler, Slot
+from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
+from connectors.transfer.stats import Stats
+from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
+
+log = structlog.get_logger("ferry.transfer")
+
+
+def effective_threads(threads: int, source: Connector, target: Connector) -> int:
+    """The pool size: as asked, unless neither end is a network store that could use that many."""
+    limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
+    return min(threads, max(limits)) if len(limits) == 2 else threads
+
+
+class LargeJob:
+    """A multipart object in flight, across its attempts; it holds a large-object slot until finish().
+
+    An attempt is one multipart upload: a re-copy after a checksum mismatch starts another.
+    """
+
+    def __init__(self, action: Action, slot: Slot):
+        self.action = action
+        self.key = action.key
+        self.lock = threading.Lock()
+        self.started = 0.0  # when a worker starts it, as for a small object
+        self.attempt = 0
+        # The current attempt: its upload, the parts done, the parts queued.
+        self.upload: Upload | None = None
+        self.done: dict[int, Part] = {}
+        self.parts: Parts | None = None
+        self._slot = slot
+
+    def new_attempt(self, upload: Upload, done: dict[int, Part]) -> None:
+        """Make upload (with the parts already done, when it resumes) the job's current attempt."""
+        self.attempt += 1
+        self.upload, self.done, self.parts = upload, done, None
+
+    @property
+    def over(self) -> bool:
+        """True once the job is done or failed."""
+        return not self._slot.held
+
+    def finish(self) -> bool:
+        """End the job, done or failed, and release its slot; True only for the first call."""
+        return self._slot.release()
+
+
+class Transfer:
+    """One sync of source into target. `run()` returns the stats; failures are in them, not raised."""
+
+    def __init__(
+        self,
+        source: Connector,
+        target: Connector,
+        state: TransferState,
+        settings: TransferSettings,
+        on_action: Callable[[Action], None] | None = None,
+    ):
+        self.source = source
+        self.target = target
+        self.state = state
+        self.settings = settings
+        self.stats = Stats()
+        self.on_action = on_action
+        self.threads = effective_threads(settings.threads, source, target)
+        self._sched = Scheduler(settings.memory_budget, 2 * self.threads)
+        self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
+        self._retrying = retrying(settings, on_retry=self._note_retry)
+        self._recopy = Recopy(on_recopy=lambda: self.stats.add(recopied_after_mismatch=1))
+        self._route = Route(source, target, settings, self.stats, self._call, self._recopy)
+
+    def _note_retry(self) -> None:
+        self.stats.add(retries=1)
+
+    def _call(self, fn: Callable, *args: Any) -> Any:
+        # A copy per call: retry state must not be shared between worker threads.
+        return self._retrying.copy()(fn, *args)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> Stats:
+        self.source.check()
+        self.target.prepare_target(self.settings.dry_run)
+        # Each worker runs in a copy of this context: bound log fields (run, phase) and an
+        # orchestrator's run context reach the workers' log lines.
+        workers = [
+            threading.Thread(target=contextvars.copy_context().run, args=(self._worker,), daemon=True)
+            for _ in range(self.threads)
+        ]
+        for worker in workers:
+            worker.start()
+        try:
+            self._produce()
+        finally:
+            self._sched.close()
+            for worker in workers:
+                worker.join()
+            self.state.flush()
+        return self.stats
+
+    def _produce(self) -> None:
+        counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
+        target = listing(self.target, self.settings, self._note_retry)
+        records = self.state.objects()
+        for action in diff(counted, target, records, self.settings):
+            if self.on_action is not None:
+                self.on_action(action)
+            if action.kind == SKIP:
+                if action.src is not None:
+                    self.stats.add(skipped=1, bytes_skipped=action.src.size)
+            elif action.kind == DELETE:
+                self._submit_delete(action)
+            elif action.kind == COMPARE:
+                assert action.src is not None
+                self._sched.submit(min(action.src.size, self.settings.part_size), lambda a=action: self._compare(a))
+            else:
+                self._submit_copy(action)
+
+    def _count_listed(self, items: Iterator[ObjectInfo]) -> Iterator[ObjectInfo]:
+        for info in items:
+            if self.settings.selects(info.key):
+                self.stats.add(objects_listed=1, bytes_listed=info.size)
+            yield info
+
+    def _worker(self) -> None:
+        while (task := self._sched.take()) is not None:
+            cost, fn = task
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - a worker must never die; tasks record their own failures
+                log.error("internal error in a worker", error=repr(exc))
+                self.stats.add(failed=1)
+            finally:
+                self._sched.release(cost)
+
+    def _fail(self, key: str, exc: BaseException) -> None:
+        message = str(exc) if isinstance(exc, FerryError) else f"{key}: {type(exc).__name__}: {exc}"
+        self.stats.add_failure(message, rejected=isinstance(exc, RejectedKey))
+        log.error("object failed", key=key, error=message, code=getattr(exc, "code", ""))
+
+    # -- copy ------------------------------------------------------------------------------------
+    def _submit_copy(self, action: Action) -> None:
+        assert action.src is not None
+        size = action.src.size
+        self.stats.add(to_copy=1, bytes_to_copy=size)
+        if self.settings.dry_run:
+            return
+        if self._route.whole(size):
+            self._sched.submit(self._route.whole_cost(size), lambda: self._copy_small(action))
+        else:
+            job = LargeJob(action, self._sched.open_large_slot(self._max_open_large))
+            self._sched.submit(0, lambda: self._start_large(job))
+
+    def _copy_small(self, action: Action) -> None:
+        """On a worker: copy a whole object in one request and record it; a mismatch is copied once more."""
+        key, src = action.key, action.src
+        assert src is not None
+        started = time.monotonic()
+        try:
+            written, checksum, moved = self._recopy.run(key, lambda: self._route.copy_object(key, src))
+            self.state.record_object(ObjectRecord(key, src.size, src.signature, written.signature, checksum))
+            self.stats.finished(started, bytes_copied=src.size, **moved)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(key, exc)
+
+    # -- large objects -----------------------------------------------------------------------------
+    def _start_large(self, job: LargeJob) -> None:
+        """On a worker: begin the job's first attempt; whatever fails ends the job."""
+        job.started = time.monotonic()
+        try:
+            self._begin_large(job)
+        except Exception as exc:  # noqa: BLE001
+            self._fail_large(job, exc)
+
+    def _begin_large(self, job: LargeJob) -> None:
+        """Begin an attempt: resume the upload the state holds for the object, or begin one; queue its parts."""
+        key = job.key
+        info = self._call(self.source.stat, key)
+        upload = Upload(key, info, part_size_for(info.size, self.settings, self.target), self._route.upload_mode())
+        done: dict[int, Part] = {}
+        previous = self.state.upload(key)
+        if (
+            previous is not None
+            and (previous.size, previous.src_sig, previous.part_size) == (info.size, info.signature, upload.part_size)
+            and self._call(self.target.upload_alive, key, previous.upload_id)
+        ):
+            upload.upload_id = previous.upload_id
+            done = {p.number: p for p in self.state.parts(key, previous.upload_id)}
+            self.stats.add(resumed_uploads=1, parts_resumed=len(done))
+            log.info("resuming upload", key=key, parts_done=len(done), parts=upload.total)
+        else:
+            if previous is not None:
+                self._call(self.target.abort, key, previous.upload_id)
+            spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
+            upload.upload_id = self._call(self.target.begin, key, spec, upload.part_size)
+            self.state.begin_upload(UploadRecord(key, upload.upload_id, info.size, info.signature, upload.part_size))
+        job.new_attempt(upload, done)
+        pending = deque(n for n in range(1, upload.total + 1) if n not in done)
+        if not pending:
+            self._finish_large(job, upload)
+        else:
+            job.parts = Parts(pending, upload.part_cost, lambda number: self._run_part(job, upload, number))
+            self._sched.add_large(job.parts)
+
+    def _run_part(self, job: LargeJob, upload: Upload, number: int) -> None:
+        if job.over:
+            return
+        try:
+            part = self._route.copy_part(upload, number)
+            self.state.record_part(job.key, upload.upload_id, part)
+        except Exception as exc:  # noqa: BLE001
+            self._fail_large(job, exc)
+            return
+        with job.lock:
+            job.done[number] = part
+            last = len(job.done) == upload.total and not job.over
+        if last:
+            try:
+                self._finish_large(job, upload)
+            except Exception as exc:  # noqa: BLE001
+                self._fail_large(job, exc)
+
+    def _finish_large(self, job: LargeJob, upload: Upload) -> None:
+        """Complete the upload, verify what the target holds and record it; a mismatch starts one more attempt."""
+        key, info = job.key, upload.info
+        parts = [job.done[n] for n in range(1, upload.total + 1)]
+        stored = parse(info.checksum)
+        if all(p.crc32c is not None for p in parts):
+            value = combine_parts([(p.crc32c, p.size) for p in parts])  # type: ignore[misc]
+            if stored is not None and stored != value:
+                raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
+        else:
+            value = stored  # bytes never passed through ferry: carry the source's own checksum
+        checksum = label(value) if value is not None else None
+        spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
+        try:
+            written = self._call(self.target.complete, key, upload.upload_id, parts, spec)
+            self._verify(key, info.size, checksum)
+            if upload.mode != "server":
+                now = self._call(self.source.stat, key)
+                if (now.size, now.signature) != (info.size, info.signature):
+                    raise PermanentError(f"{self.source.url}: {key}: changed while it was being copied", code="Changed")
+        except ChecksumMismatch as exc:
+            self.state.end_upload(key)
+            if not self._recopy.again(job.attempt, key, exc):
+                raise
+            self._begin_large(job)
+            return
+        self.state.end_upload(key)
+        record_sig = job.action.src.signature if job.action.src else info.signature
+        self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum))
+        self.stats.finished(job.started, bytes_copied=info.size)
+        job.finish()
+
+    def _verify(self, key: str, size: int, checksum: str | None) -> None:
+        """Read back what the target holds: its size, and its stored checksum where it keeps one."""
+        held = self._call(self.target.stat, key)
+        if held.size != size:
+            raise ChecksumMismatch(f"{self.target.url}: {key}: holds {held.size} bytes, expected {size}")
+        if self.target.capabilities.stores_checksum and checksum and held.checksum != checksum:
+            raise ChecksumMismatch(f"{self.target.url}: {key}: stores {held.checksum}, expected {checksum}")
+
+    def _fail_large(self, job: LargeJob, exc: BaseException) -> None:
+        """End the job as failed, once: drop its queued parts; a permanent failure also aborts its upload."""
+        if not job.finish():
+            return
+        if job.parts is not None:
+            self._sched.drop(job.parts)
+        self._fail(job.key, exc)
+        if job.upload is not None and isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
+            # Nothing to resume: drop the parts. A transient failure keeps them for the next run.
+            try:
+                self.target.abort(job.key, job.upload.upload_id)
+                self.state.end_upload(job.key)
+            except FerryError as abort_exc:
+                log.warning("could not abort upload", key=job.key, error=str(abort_exc))
+
+    # -- compare and delete ------------------------------------------------------------------------
+    def _compare(self, action: Action) -> None:
+        """Equal sizes and no record in the state (or --checksum): compare checksums, copy if they differ."""
+        key, src, dst = action.key, action.src, action.dst
+        assert src is not None and dst is not None
+        try:
+            src_sum, dst_sum = self._checksums(src, dst)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(key, exc)
+            return
+        if src_sum is not None and src_sum == dst_sum:
+            self.stats.add(skipped=1, bytes_skipped=src.size)
+            if not self.settings.dry_run:
+                self.state.record_object(ObjectRecord(key, src.size, src.signature, dst.signature, src_sum))
+            return
+        reason = "checksums differ" if dst_sum is not None else "target has no stored checksum"
+        copy = Action(COPY, key, src, dst, action.record, reason)
+        if self.on_action is not None:
+            self.on_action(copy)
+        self.stats.add(to_copy=1, bytes_to_copy=src.size)
+        if self.settings.dry_run:
+            return
+        if self._route.whole(src.size):
+            self._copy_small(copy)
+        else:
+            # A worker never waits for a slot (that could starve the parts that free one).
+            self._start_large(LargeJob(copy, self._sched.open_large_slot(None)))
+
+    def _checksums(self, src: ObjectInfo, dst: ObjectInfo) -> tuple[str | None, str | None]:
+        if self.settings.checksum:
+            return self._hash(self.source, src), self._hash(self.target, dst)
+        held = self._call(self.target.stat, dst.key).checksum
+        if held is None:
+            return None, None
+        source_sum = self._call(self.source.stat, src.key).checksum or self._hash(self.source, src)
+        return source_sum, held
+
+    def _hash(self, connector: Connector, info: ObjectInfo) -> str:
+        checksum = hash_object(connector, info, self.settings.part_size, self._retrying)
+        if connector is self.source:
+            self.stats.add(bytes_read=info.size)
+        return checksum
+
+    def _submit_delete(self, action: Action) -> None:
+        self.stats.add(deleted=1)
+        if self.settings.dry_run:
+            return
+
+        def delete() -> None:
+            try:
+                self._call(self.target.delete, action.key)
+                self.state.forget_object(action.key)
+            except Exception as exc:  # noqa: BLE001
+                self.stats.add(deleted=-1)
+                self._fail(action.key, exc)
+
+        self._sched.submit(0, delete)
+
+
+def abort_incomplete(target: Connector) -> list[tuple[str, str]]:
+    """Abort every unfinished multipart upload under the target's root; return what was aborted."""
+    aborted = []
+    for key, upload_id in target.list_incomplete():
+        try:
+            target.abort(key, upload_id)
+        except NotFoundError:
+            continue
+        aborted.append((key, upload_id))
+    return aborted

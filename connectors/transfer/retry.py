@@ -1,0 +1,119 @@
+"""The two retry policies: transient errors (tenacity, with the reads that run under it: listings and
+whole-object hashes), and checksum mismatches (copied once more, then failed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import structlog
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from connectors.base import Connector, ObjectInfo
+from connectors.checksum import crc32c, label
+from connectors.transfer.settings import TransferSettings
+from ferry.errors import ChecksumMismatch, TransientError
+
+log = structlog.get_logger("ferry.transfer")
+T = TypeVar("T")
+
+
+def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: None) -> Retrying:
+    """The one retry policy: TransientError only, exponential backoff with jitter, Retry-After honoured."""
+    backoff = wait_random_exponential(multiplier=settings.retry_base_s, max=settings.retry_max_s)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        return max(backoff(state), retry_after) if retry_after else backoff(state)
+
+    def before_sleep(state: RetryCallState) -> None:
+        on_retry()
+        exc = state.outcome.exception() if state.outcome else None
+        log.info("retrying", error=str(exc), code=getattr(exc, "code", ""), attempt=state.attempt_number)
+
+    return Retrying(
+        retry=retry_if_exception_type(TransientError),
+        stop=stop_after_attempt(settings.retries),
+        wait=wait,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+# Objects taken from a listing per call under the retry policy: a call costs tens of microseconds,
+# too much per object, and this is about one page of an object store's listing.
+_LIST_BATCH = 1000
+
+
+class _ResumableListing:
+    """connector.list() in batches; after a failure, the next batch lists again after the last key seen."""
+
+    def __init__(self, connector: Connector, prefix: str):
+        self._connector = connector
+        self._prefix = prefix
+        self._items: Iterator[ObjectInfo] | None = None
+        self._batch: list[ObjectInfo] = []
+        self._last = ""
+
+    def next_batch(self) -> list[ObjectInfo]:
+        """Up to _LIST_BATCH more objects, [] at the end; what a failed call gathered waits for the next."""
+        if self._items is None:
+            self._items = iter(self._connector.list(prefix=self._prefix, start_after=self._last))
+        try:
+            for info in self._items:
+                self._batch.append(info)
+                self._last = info.key
+                if len(self._batch) == _LIST_BATCH:
+                    break
+        except TransientError:
+            self._items = None
+            raise
+        batch, self._batch = self._batch, []
+        return batch
+
+
+def listing(
+    connector: Connector, settings: TransferSettings, on_retry: Callable[[], None] = lambda: None
+) -> Iterator[ObjectInfo]:
+    """connector.list() under the retry policy, resumed after the last key seen; each batch has all its attempts."""
+    policy = retrying(settings, on_retry)
+    pages = _ResumableListing(connector, settings.prefix)
+    while batch := policy(pages.next_batch):
+        yield from batch
+
+
+def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:
+    """Read an object one chunk at a time and return its checksum label."""
+    value, offset = 0, 0
+    while offset < info.size:
+        length = min(chunk, info.size - offset)
+        value = crc32c(policy.copy()(connector.open_range, info.key, offset, length), value)
+        offset += length
+    return label(value)
+
+
+class Recopy:
+    """The one answer to a checksum mismatch: copy once more (counted and logged); a second one fails the copy."""
+
+    def __init__(self, on_recopy: Callable[[], None]):
+        self._on_recopy = on_recopy
+
+    def again(self, attempt: int, key: str, exc: ChecksumMismatch) -> bool:
+        """True if a copy whose attempt-th try ended in exc gets another try; False if it fails with exc."""
+        if attempt > 1:
+            return False
+        log.warning("checksum mismatch, copying again", key=key, error=str(exc))
+        self._on_recopy()
+        return True
+
+    def run(self, key: str, copy: Callable[[], T]) -> T:
+        """copy(), and once more if it ends in a checksum mismatch."""
+        attempt = 1
+        while True:
+            try:
+                return copy()
+            except ChecksumMismatch as exc:
+                if not self.again(attempt, key, exc):
+                    raise
+                attempt += 1

@@ -1,0 +1,141 @@
+"""How bytes go from source to target: copied by the stores, pulled by the target from a URL, or
+streamed through ferry (rate-limited, checksummed on the way).
+
+The engine decides what to copy and keeps the books; a Route moves one whole object, or one part
+of a multipart upload, the cheapest way the two connectors allow, and counts where the bytes went.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from connectors.base import Connector, ObjectInfo, Part, WriteSpec
+from connectors.checksum import crc32c, label, parse
+from connectors.transfer.retry import Recopy
+from connectors.transfer.scheduler import RateLimiter
+from connectors.transfer.settings import TransferSettings
+from connectors.transfer.stats import Stats
+from ferry.errors import ChecksumMismatch, PermanentError
+
+log = structlog.get_logger("ferry.transfer")
+
+
+@dataclass(eq=False)
+class Upload:
+    """One multipart upload: the source object, its part size, how its parts travel, and its id."""
+
+    key: str
+    info: ObjectInfo
+    part_size: int
+    mode: str  # "server", "url" or "stream"
+    upload_id: str = ""
+    url: str | None = None  # the source's presigned URL, made for the first part that needs it
+
+    @property
+    def total(self) -> int:
+        return max(1, math.ceil(self.info.size / self.part_size))
+
+    @property
+    def part_cost(self) -> int:
+        """Bytes of the budget one part holds while it runs: only streamed parts pass through ferry."""
+        return self.part_size if self.mode == "stream" else 0
+
+    def span(self, number: int) -> tuple[int, int]:
+        start = (number - 1) * self.part_size
+        return start, min(self.part_size, self.info.size - start)
+
+
+class Route:
+    """The ways bytes may go between one source and one target, and which one each copy takes."""
+
+    def __init__(
+        self,
+        source: Connector,
+        target: Connector,
+        settings: TransferSettings,
+        stats: Stats,
+        call: Callable[..., Any],
+        recopy: Recopy,
+    ):
+        self.source = source
+        self.target = target
+        self.settings = settings
+        self.stats = stats
+        self._call = call
+        self._recopy = recopy
+        self._server_side = target.capabilities.server_side_copy and target.can_copy_from(source)
+        self._url_ok = target.capabilities.url_source and source.capabilities.presign
+        self._limiter = RateLimiter(settings.bwlimit) if settings.bwlimit else None
+
+    def whole(self, size: int) -> bool:
+        """True if an object of size goes in one request (or one server-side copy), not in parts."""
+        caps = self.target.capabilities
+        if self._server_side:
+            if not caps.server_side_part_copy:
+                return True
+            return size <= self.settings.copy_threshold and size <= caps.max_single_put
+        return size <= self.settings.multipart_threshold and size <= caps.max_single_put
+
+    def whole_cost(self, size: int) -> int:
+        """Bytes of the budget a whole copy of size holds while it runs."""
+        return 0 if self._server_side else size
+
+    def upload_mode(self) -> str:
+        """How the parts of an upload begun now will travel."""
+        return "server" if self._server_side else ("url" if self._url_ok else "stream")
+
+    def copy_object(self, key: str, src: ObjectInfo) -> tuple[ObjectInfo, str | None, dict[str, int]]:
+        """Copy one object in one request: (what the target now holds, its checksum, bytes moved by way)."""
+        if self._server_side:
+            written = self._call(self.target.copy_from, self.source, src, key)
+            return written, written.checksum, {"bytes_server_side": src.size}
+        data, info = self._call(self.source.get, key)
+        value = crc32c(data)
+        stored = parse(info.checksum)
+        if stored is not None and stored != value:
+            raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
+        checksum = label(value)
+        spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
+        if self._limiter:
+            self._limiter.take(len(data))
+        written = self._call(self.target.put, key, data, spec)
+        return written, checksum, {"bytes_read": len(data), "bytes_written": len(data)}
+
+    def copy_part(self, upload: Upload, number: int) -> Part:
+        """Copy one part of an upload the way its mode says; a streamed part's receipt mismatch is re-sent once."""
+        start, length = upload.span(number)
+        key, upload_id = upload.key, upload.upload_id
+        if upload.mode == "server":
+            part = self._call(
+                self.target.copy_part_from, self.source, upload.info, key, upload_id, number, start, length
+            )
+            self.stats.add(bytes_server_side=length)
+            return part
+        if upload.mode == "url" and self._url_ok:
+            if upload.url is None:
+                upload.url = self.source.presign(key, self.settings.url_expiry_s)
+            try:
+                part = self._call(self.target.put_part_from_url, key, upload_id, number, upload.url, start, length)
+                self.stats.url_copy = "used"
+                self.stats.add(bytes_url_pulled=length)
+                return part
+            except PermanentError as exc:
+                if exc.code != "NotImplemented":
+                    raise
+                # Azurite (and some gateways) answer 501 to Put Block From URL: stream instead.
+                if self._url_ok:
+                    self._url_ok = False
+                    self.stats.url_copy = f"unsupported by the target ({exc.code}): streamed instead"
+                    log.warning("target cannot pull from a URL; streaming through ferry instead", code=exc.code)
+        data = self._call(self.source.open_range, key, start, length)
+        self.stats.add(bytes_read=len(data))
+        if self._limiter:
+            self._limiter.take(len(data))
+        part = self._recopy.run(key, lambda: self._call(self.target.put_part, key, upload_id, number, data))
+        self.stats.add(bytes_written=len(data))
+        return part

@@ -1,0 +1,205 @@
+"""One shard's transfer state on disk (SQLite, WAL): finished objects, multipart uploads and their parts.
+
+One file per shard, `<state_dir>/transfers/<16 hex>.sqlite`, named by a hash of the source URL, the
+target URL and the shard's prefix, so that shards can run on different workers; its `shard` table
+says which one it holds. A killed run resumes from it: finished objects are skipped by the diff, and
+a multipart upload picks up its upload id and re-sends only the parts that were not recorded. Parts
+are committed one by one (they are large and few); finished objects are committed in batches,
+because a finished object that was not yet committed is found equal by the next diff anyway.
+
+A state directory written by ferry 0.1 kept every pair's state in one `ledger.sqlite`: a shard's
+file, when it is created, takes from it (opened read-only) that pair's rows under the shard's prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.base import Part
+
+FOLDER = "transfers"
+# ferry 0.1's one file for the transfer state of every pair (and the run log, which ferry/runlog.py takes).
+LEGACY_FILE = "ledger.sqlite"
+
+_SCHEMA = """
+-- The shard this file holds: written once, in the transaction that takes its rows from a ferry 0.1 ledger.
+CREATE TABLE IF NOT EXISTS shard (source TEXT NOT NULL, target TEXT NOT NULL, prefix TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+    key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL, dst_sig TEXT NOT NULL, checksum TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS uploads (
+    key TEXT PRIMARY KEY, upload_id TEXT NOT NULL, size INTEGER NOT NULL, src_sig TEXT NOT NULL,
+    part_size INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS parts (
+    key TEXT NOT NULL, upload_id TEXT NOT NULL, number INTEGER NOT NULL,
+    size INTEGER NOT NULL, etag TEXT NOT NULL, crc32c INTEGER,
+    PRIMARY KEY (key, upload_id, number)
+) WITHOUT ROWID;
+"""
+# One pair's rows under one prefix in a ferry 0.1 ledger: its objects, and its uploads with their parts.
+_UNDER = "job = :job AND substr(key, 1, length(:prefix)) = :prefix"
+_MIGRATE = (
+    f"INSERT OR IGNORE INTO objects SELECT key, size, src_sig, dst_sig, checksum FROM legacy.objects WHERE {_UNDER}",
+    f"INSERT OR IGNORE INTO uploads SELECT key, upload_id, size, src_sig, part_size FROM legacy.uploads WHERE {_UNDER}",
+    "INSERT OR IGNORE INTO parts SELECT key, upload_id, number, size, etag, crc32c"
+    f" FROM legacy.parts WHERE {_UNDER} AND (job, key, upload_id) IN (SELECT job, key, upload_id FROM legacy.uploads)",
+)
+_BATCH_ROWS = 512
+_BATCH_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRecord:
+    """A verified copy: the source and target signatures it was made between, and its checksum."""
+
+    key: str
+    size: int
+    src_sig: str
+    dst_sig: str
+    checksum: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UploadRecord:
+    key: str
+    upload_id: str
+    size: int
+    src_sig: str
+    part_size: int
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # A URI, so that the legacy ledger can be attached read-only.
+    conn = sqlite3.connect(path.resolve().as_uri(), uri=True, timeout=30, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+class TransferState:
+    """The transfer state of one shard (source, target, key prefix); safe to share between the engine's threads."""
+
+    def __init__(self, state_dir: Path, source_url: str, target_url: str, prefix: str):
+        identity = json.dumps([source_url, target_url, prefix])
+        self.path = state_dir / FOLDER / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = _connect(self.path)
+        self._conn.executescript(_SCHEMA)
+        self._start(state_dir / LEGACY_FILE, source_url, target_url, prefix)
+        # Two locks: workers appending finished objects never wait behind a SQLite write.
+        self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[tuple] = []
+        self._flushed_at = time.monotonic()
+
+    def _start(self, legacy: Path, source_url: str, target_url: str, prefix: str) -> None:
+        """Name the shard in a new file, with its rows from a ferry 0.1 ledger if there is one; once."""
+        attached = legacy.exists()
+        if attached:
+            self._conn.execute("ATTACH DATABASE ? AS legacy", (legacy.resolve().as_uri() + "?mode=ro",))
+        try:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                if self._conn.execute("SELECT 1 FROM shard").fetchone() is not None:
+                    return
+                self._conn.execute("INSERT INTO shard VALUES (?, ?, ?)", (source_url, target_url, prefix))
+                if attached and {"objects", "uploads", "parts"} <= {
+                    row[0] for row in self._conn.execute("SELECT name FROM legacy.sqlite_master")
+                }:
+                    # ferry 0.1 named a pair by its two URLs.
+                    names = {"job": f"{source_url} -> {target_url}", "prefix": prefix}
+                    for statement in _MIGRATE:
+                        self._conn.execute(statement, names)
+        finally:
+            if attached:
+                self._conn.execute("DETACH DATABASE legacy")
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            self._conn.close()
+
+    # -- objects --------------------------------------------------------------------------------
+    def objects(self) -> Iterator[ObjectRecord]:
+        """Finished objects in key order (SQLite's BINARY order is code point order)."""
+        self.flush()
+        reader = _connect(self.path)
+        try:
+            for row in reader.execute("SELECT key, size, src_sig, dst_sig, checksum FROM objects ORDER BY key"):
+                yield ObjectRecord(*row)
+        finally:
+            reader.close()
+
+    def record_object(self, record: ObjectRecord) -> None:
+        """Record a verified copy; committed with the next batch."""
+        with self._pending_lock:
+            self._pending.append((record.key, record.size, record.src_sig, record.dst_sig, record.checksum))
+            due = len(self._pending) >= _BATCH_ROWS or time.monotonic() - self._flushed_at > _BATCH_SECONDS
+        if due:
+            self.flush()
+
+    def forget_object(self, key: str) -> None:
+        self.flush()
+        with self._lock:
+            self._conn.execute("DELETE FROM objects WHERE key = ?", (key,))
+
+    def flush(self) -> None:
+        """Commit the finished objects recorded so far."""
+        # The database lock first, so batches reach SQLite in the order they were taken.
+        with self._lock:
+            with self._pending_lock:
+                pending, self._pending = self._pending, []
+                self._flushed_at = time.monotonic()
+            if pending:
+                with self._conn:
+                    self._conn.execute("BEGIN")
+                    self._conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)", pending)
+
+    # -- multipart uploads ----------------------------------------------------------------------
+    def upload(self, key: str) -> UploadRecord | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT key, upload_id, size, src_sig, part_size FROM uploads WHERE key = ?", (key,)
+            ).fetchone()
+        return UploadRecord(*row) if row else None
+
+    def parts(self, key: str, upload_id: str) -> list[Part]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT number, size, etag, crc32c FROM parts WHERE key = ? AND upload_id = ? ORDER BY number",
+                (key, upload_id),
+            ).fetchall()
+        return [Part(*row) for row in rows]
+
+    def begin_upload(self, record: UploadRecord) -> None:
+        """Record a new upload of record.key, forgetting the parts of any earlier one."""
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute("DELETE FROM parts WHERE key = ?", (record.key,))
+            self._conn.execute(
+                "INSERT OR REPLACE INTO uploads VALUES (?, ?, ?, ?, ?)",
+                (record.key, record.upload_id, record.size, record.src_sig, record.part_size),
+            )
+
+    def record_part(self, key: str, upload_id: str, part: Part) -> None:
+        """Record a finished part, committed at once."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?)",
+                (key, upload_id, part.number, part.size, part.etag, part.crc32c),
+            )
+
+    def end_upload(self, key: str) -> None:
+        """Forget key's upload and its parts (completed or aborted)."""
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute("DELETE FROM parts WHERE key = ?", (key,))
+            self._conn.execute("DELETE FROM uploads WHERE key = ?", (key,))

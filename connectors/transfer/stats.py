@@ -1,0 +1,128 @@
+"""What a transfer has done: counters, per-object latencies, the failures kept for the report."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_FAILURES_KEPT = 100
+
+
+class LatencyHistogram:
+    """Per-object latencies in log-spaced buckets: flat memory whatever the object count."""
+
+    _RATIO = 1.05
+    _FLOOR = 1e-4
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, int] = {}
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        index = 0 if seconds <= self._FLOOR else int(math.log(seconds / self._FLOOR, self._RATIO)) + 1
+        self._buckets[index] = self._buckets.get(index, 0) + 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float | None:
+        if not self.count:
+            return None
+        rank = q * (self.count - 1)
+        seen = 0
+        for index in sorted(self._buckets):
+            seen += self._buckets[index]
+            if seen > rank:
+                return self._FLOOR * self._RATIO**index
+        return None
+
+
+@dataclass
+class Stats:
+    """What a transfer has done so far; read by the progress display while it runs."""
+
+    objects_listed: int = 0
+    bytes_listed: int = 0
+    to_copy: int = 0
+    bytes_to_copy: int = 0
+    copied: int = 0
+    bytes_copied: int = 0
+    skipped: int = 0
+    bytes_skipped: int = 0
+    deleted: int = 0
+    failed: int = 0
+    rejected: int = 0
+    recopied_after_mismatch: int = 0
+    resumed_uploads: int = 0
+    parts_resumed: int = 0
+    retries: int = 0
+    # Where the bytes went: through this machine, or copied by the stores themselves.
+    bytes_read: int = 0
+    bytes_written: int = 0
+    bytes_server_side: int = 0
+    bytes_url_pulled: int = 0
+    url_copy: str = "not attempted"
+    started: float = field(default_factory=time.monotonic)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **amounts: int) -> None:
+        with self.lock:
+            self._bump(amounts)
+
+    def finished(self, started: float, **amounts: int) -> None:
+        """One object copied: its latency since started and its counters, under one lock."""
+        with self.lock:
+            self.latency.add(time.monotonic() - started)
+            self._bump({"copied": 1, **amounts})
+
+    def add_failure(self, message: str, *, rejected: bool) -> None:
+        """One object failed: counted, and its message kept for the report (the first ones only)."""
+        with self.lock:
+            self.failed += 1
+            self.rejected += int(rejected)
+            if len(self.failures) < _FAILURES_KEPT:
+                self.failures.append(message)
+
+    def _bump(self, amounts: dict[str, int]) -> None:
+        for name, amount in amounts.items():
+            setattr(self, name, getattr(self, name) + amount)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes landed in the target so far, parts of unfinished objects included (for progress)."""
+        return self.bytes_written + self.bytes_server_side + self.bytes_url_pulled
+
+    def summary(self) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started
+        p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)
+        return {
+            "objects": {
+                "listed": self.objects_listed,
+                "copied": self.copied,
+                "skipped": self.skipped,
+                "deleted": self.deleted,
+                "failed": self.failed,
+                "rejected": self.rejected,
+                "recopied_after_mismatch": self.recopied_after_mismatch,
+            },
+            "bytes": {
+                "listed": self.bytes_listed,
+                "copied": self.bytes_copied,
+                "skipped": self.bytes_skipped,
+                "read_through_ferry": self.bytes_read,
+                "written_through_ferry": self.bytes_written,
+                "server_side": self.bytes_server_side,
+                "pulled_by_target_from_url": self.bytes_url_pulled,
+            },
+            "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
+            "retries": self.retries,
+            "url_copy": self.url_copy,
+            "duration_s": round(elapsed, 3),
+            "throughput_mb_s": round(self.bytes_copied / elapsed / 1e6, 2) if elapsed > 0 else None,
+            "objects_per_s": round(self.copied / elapsed, 1) if elapsed > 0 else None,
+            "latency_s": {"p50": None if p50 is None else round(p50, 4), "p99": None if p99 is None else round(p99, 4)},
+            "failures": list(self.failures),
+        }
