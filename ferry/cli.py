@@ -130,9 +130,15 @@ def plan_show(
 
 
 def _prefect_env() -> None:
-    """Settings Prefect reads at import: ferry's log lines reach the run logs; no analytics (no network)."""
+    """Settings Prefect reads at import: ferry's lines in the run logs, no analytics, no tracebacks on the console.
+
+    Analytics would need the network. The run's logs in the Prefect API keep every traceback; FERRY_DEBUG
+    leaves Prefect's console handler printing them too.
+    """
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not _debugging():
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS", "flows.console.OneLineConsoleHandler")
 
 
 def _server_env(needs: str) -> None:
@@ -164,7 +170,9 @@ def run_plan(
     except FerryError as exc:
         _print_gates(loaded.state_dir / "runs" / run_id)
         _print_status(loaded)
-        raise FerryError(f"run {run_id}: {exc}") from None
+        # A usage error the flow finds (e.g. an approval with no server to wait on) stays one: exit 2.
+        failure = UsageError if isinstance(exc, UsageError) else FerryError
+        raise failure(f"run {run_id}: {exc}") from None
     phases = ", ".join(f"{k} {v}" for k, v in outcome["phases"].items()) or "nothing to run"
     out.print(f"run {outcome['run_id']}: {phases}", markup=False, highlight=False)
     _print_gates(Path(outcome["audit"]))
