@@ -32,6 +32,7 @@ bench: $(STAMP) servers
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) node_modules .ferry bench/out
