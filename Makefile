@@ -5,14 +5,26 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every version .venv installs, pinned: a fresh machine gets what the suite last passed with.
+LOCK := constraints.txt
 
-.PHONY: demo test bench lint servers clean
+.PHONY: demo test bench lint lock servers clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[dev]'
 	touch $(STAMP)
+
+# Resolve pyproject.toml's ranges afresh in a throw-away venv and pin the result; review the diff, then commit it.
+lock:
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(PYTHON) -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip && \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[dev]' && \
+	"$$tmp/venv/bin/python" -m pip freeze --exclude-editable > "$$tmp/freeze" && \
+	{ echo "# Written by \`make lock\` from pyproject.toml for: pip install -c $(LOCK) -e '.[dev]'. Not by hand."; \
+	  grep -v '^ferry[ =@]' "$$tmp/freeze"; } > $(LOCK)
 
 node_modules/.bin/azurite-blob: package.json
 	npm install --no-audit --no-fund --silent
@@ -32,6 +44,7 @@ bench: $(STAMP) servers
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) node_modules .ferry bench/out

@@ -50,12 +50,30 @@ def parse_size(text: str, what: str) -> int:
         raise UsageError(f"{what}: {exc}") from None
 
 
+def _log_format(value: str) -> str:
+    """--log-format's value, or typer's usage error (exit 2) naming the option."""
+    if value not in ("console", "json"):
+        raise typer.BadParameter(f"{value!r} is not one of console, json")
+    return value
+
+
 plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 app.add_typer(plan_app, name="plan")
 
 
+def _print_version(wanted: bool) -> None:
+    """--version: print the version as `ferry version` does, then stop before any command runs."""
+    if wanted:
+        version()
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print ferry's version and exit")
+    ] = False,
+) -> None:
     """ferry: move GPU/ML workloads from one cloud to another, verified at every step."""
 
 
@@ -124,9 +142,15 @@ def plan_show(
 
 
 def _prefect_env() -> None:
-    """Settings Prefect reads at import: ferry's log lines reach the run logs; no analytics (no network)."""
+    """Settings Prefect reads at import: ferry's lines in the run logs, no analytics, no tracebacks on the console.
+
+    Analytics would need the network. The run's logs in the Prefect API keep every traceback; FERRY_DEBUG
+    leaves Prefect's console handler printing them too.
+    """
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not _debugging():
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS", "flows.console.OneLineConsoleHandler")
 
 
 def _server_env(needs: str) -> None:
@@ -142,7 +166,7 @@ def run_plan(
     only: Annotated[list[str] | None, typer.Option(help="Run only this phase (repeatable)")] = None,
     force: Annotated[list[str] | None, typer.Option(help="Rerun this phase even if committed (repeatable)")] = None,
     approval_timeout: Annotated[int, typer.Option(min=1, help="Seconds an approval may wait")] = 3600,
-    log_format: Annotated[str, typer.Option(help="console or json")] = "console",
+    log_format: Annotated[str, typer.Option(callback=_log_format, help="console or json")] = "console",
 ) -> None:
     """Run the plan's phases in order, a gate after each; resume where the last run stopped."""
     logs.configure(log_format, to_stderr=False)
@@ -160,7 +184,9 @@ def run_plan(
     except FerryError as exc:
         _print_gates(loaded.state_dir / "runs" / run_id)
         _print_status(loaded)
-        raise FerryError(f"run {run_id}: {exc}") from None
+        # A usage error the flow finds (e.g. an approval with no server to wait on) stays one: exit 2.
+        failure = UsageError if isinstance(exc, UsageError) else FerryError
+        raise failure(f"run {run_id}: {exc}") from None
     phases = ", ".join(f"{k} {v}" for k, v in outcome["phases"].items()) or "nothing to run"
     out.print(f"run {outcome['run_id']}: {phases}", markup=False, highlight=False)
     _print_gates(Path(outcome["audit"]))
@@ -376,14 +402,12 @@ def sync(
         ".ferry/state"
     ),
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here")] = None,
-    log_format: Annotated[str, typer.Option(help="console or json")] = "console",
+    log_format: Annotated[str, typer.Option(callback=_log_format, help="console or json")] = "console",
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)")
     ] = None,
 ) -> None:
     """Copy what is missing or different from SOURCE to TARGET, verify it, and report."""
-    if log_format not in ("console", "json"):
-        raise UsageError(f"--log-format: {log_format!r} is not one of console, json")
     logs.configure(log_format)
     profile_map = load_profiles(profiles)
     if abort_incomplete:
@@ -541,31 +565,46 @@ class _ProgressBar:
         self.progress.stop()
 
 
+def _debugging() -> bool:
+    """FERRY_DEBUG=1: show Python and Prefect tracebacks, for a bug report."""
+    return bool(os.environ.get("FERRY_DEBUG"))
+
+
+def _single_line(text: object) -> str:
+    """text with its line breaks and runs of spaces as single spaces."""
+    return " ".join(str(text).split())
+
+
 def run() -> None:
-    """Console-script entry point: one line and exit 2 for bad input, 1 for other failures."""
+    """Console-script entry point: one line on stderr, never a traceback; exit 2 for bad input, 1 for failures."""
     try:
         code = app(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
     except UsageError as exc:
         err.print(f"ferry: error: {exc}", markup=False, highlight=False)
         sys.exit(2)
     except FerryError as exc:
         err.print(f"ferry: failed: {exc}", markup=False, highlight=False)
         sys.exit(1)
-    except typer.Exit as exc:
+    except typer.TyperException as exc:  # typer's parse errors; it vendors click, so they are not click's classes
+        # Its no-args-is-help error has printed the help already and carries no message.
+        if message := _single_line(exc.format_message()):
+            command = getattr(exc, "ctx", None)
+            hint = f"; see '{command.command_path} --help'" if command is not None else ""
+            err.print(f"ferry: error: {message.rstrip('.')}{hint}", markup=False, highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except Exception as exc:
+        if _debugging():
+            raise
+        err.print(
+            f"ferry: internal error: {type(exc).__name__}: {_single_line(exc)} (a bug: please report it with "
+            "the output of the same command run with FERRY_DEBUG=1)",
+            markup=False,
+            highlight=False,
+        )
+        sys.exit(1)
+    if code == 130:  # typer turns Ctrl-C into exit code 130
         err.print("ferry: interrupted; run the same command again to resume", markup=False)
-        sys.exit(130)
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

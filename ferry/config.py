@@ -44,17 +44,27 @@ def _line_of(node: yaml.Node | None, path: tuple) -> int | None:
 def load_yaml_model(path: Path, model: type[M], transform: Callable[[Any], Any] | None = None) -> M:
     """Parse path and validate it as model (after transform, if given), or raise UsageError with one line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raw = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:  # a control character: it has a position, not a mark
+        line = text.count("\n", 0, exc.position) + 1
+        raise UsageError(f"{path}:{line}: not valid YAML: character #x{exc.character:04x} is not allowed") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"{path}{where}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not valid YAML: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

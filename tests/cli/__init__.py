@@ -1,0 +1,1 @@
+"""The `ferry` command line as a user meets it."""
