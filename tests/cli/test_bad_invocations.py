@@ -159,7 +159,7 @@ def test_version(workdir, argv) -> None:
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, __version__, "")
 
 
-def test_an_internal_error_is_one_line_unless_debugging(monkeypatch, capsys) -> None:
+def test_an_internal_error_is_one_line_unless_debugging(monkeypatch) -> None:
     from ferry import cli
     from tests.cli_runner import run_cli
 
@@ -167,7 +167,7 @@ def test_an_internal_error_is_one_line_unless_debugging(monkeypatch, capsys) -> 
         raise RuntimeError("a bug\nover two lines")
 
     monkeypatch.setattr(cli, "load_plan", broken)
-    code, _, err = run_cli(capsys, "plan", "validate", "plan.yaml")
+    code, _, err = run_cli("plan", "validate", "plan.yaml")
     assert code == 1
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("ferry: internal error: RuntimeError: a bug over two lines") and "FERRY_DEBUG=1" in err
