@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.datasets import ensure
-from tests.servers import start_moto
+from tests.support import start_moto
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).with_name("ferry"))

@@ -25,7 +25,7 @@ from pathlib import Path
 from azure.storage.blob import AccountSasPermissions, BlobServiceClient, ResourceTypes, generate_account_sas
 
 from bench.datasets import Dataset, ensure
-from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY, Server, start_azurite, start_moto
+from tests.support import AZURITE_ACCOUNT, AZURITE_KEY, Server, start_azurite, start_moto
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

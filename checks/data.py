@@ -56,12 +56,14 @@ class DataTally:
             "verified_by_reading": 0,
             "could_not_compare": 0,
         }
-        self.evidence: list[str] = []
+        # The first keys of each kind of problem (extra objects too, failing or not), in key order.
+        self.evidence: dict[str, list[str]] = {}
 
     def problem(self, kind: str, key: str, detail: str = "") -> None:
         self.counts[kind] += 1
-        if len(self.evidence) < _EVIDENCE_KEPT:
-            self.evidence.append(f"{kind}: {key}" + (f" ({detail})" if detail else ""))
+        shown = self.evidence.setdefault(kind, [])
+        if len(shown) < _EVIDENCE_KEPT:
+            shown.append(f"{kind}: {key}" + (f" ({detail})" if detail else ""))
 
     def listed(self, src: ObjectInfo | None, dst: ObjectInfo | None) -> None:
         if src is not None:
@@ -82,7 +84,7 @@ class DataTally:
             return  # the run changes the target: its gate re-lists both sides instead
         self.listed(action.src, action.dst)
         if action.src is None:
-            self.counts["extra_in_target"] += 1
+            self.problem("extra_in_target", action.key)
         elif action.kind == SKIP:
             self.counts["verified_by_ledger"] += 1
         elif action.kind == COMPARE:
@@ -94,7 +96,11 @@ class DataTally:
         if settings.delete:
             failing += ("extra_in_target",)
         status = Status.FAIL if any(counts[k] for k in failing) else Status.PASS
-        evidence = ([note] if note else []) + self.evidence
+        evidence = [note] if note else []
+        for kind, shown in self.evidence.items():
+            evidence += shown
+            if counts[kind] > len(shown):
+                evidence.append(f"{kind}: {counts[kind] - len(shown)} more not listed")
         return CheckResult(NAME, status, dict(counts), {k: 0 for k in failing}, evidence)
 
 
@@ -109,7 +115,7 @@ def check_data(
         for key, cur_s, cur_d, record in joined:
             tally.listed(cur_s, cur_d)
             if cur_s is None:
-                tally.counts["extra_in_target"] += 1
+                tally.problem("extra_in_target", key)
             elif cur_d is None:
                 tally.problem("missing", key)
             elif cur_s.size != cur_d.size:

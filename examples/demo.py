@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from examples.gen_data import generate
-from tests.servers import start_moto
+from tests.support import start_moto
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "examples" / "demo" / "migration.yaml"

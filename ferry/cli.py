@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -23,7 +24,7 @@ from rich.table import Table
 
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
-from ferry.errors import FerryError, UsageError
+from ferry.errors import FerryError, Interrupted, UsageError
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan
@@ -145,11 +146,13 @@ def _prefect_env() -> None:
     """Settings Prefect reads at import: ferry's lines in the run logs, no analytics, no tracebacks on the console.
 
     Analytics would need the network. The run's logs in the Prefect API keep every traceback; FERRY_DEBUG
-    leaves Prefect's console handler printing them too.
+    leaves Prefect's console handler printing them too. With --log-format json, every console line is JSON.
     """
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not _debugging():
+    if logs.json_output():
+        os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS"] = "flows.console.JsonConsoleHandler"
+    elif not _debugging():
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS", "flows.console.OneLineConsoleHandler")
 
 
@@ -181,29 +184,46 @@ def run_plan(
         outcome = migrate(
             plan_path=str(plan.resolve()), only=only, force=force, run_id=run_id, approval_timeout_s=approval_timeout
         )
+    except Interrupted:
+        if not logs.json_output():
+            _print_status(loaded)
+        raise
     except FerryError as exc:
-        _print_gates(loaded.state_dir / "runs" / run_id)
-        _print_status(loaded)
+        if not logs.json_output():
+            _print_gates(loaded.state_dir / "runs" / run_id)
+            _print_status(loaded)
         # A usage error the flow finds (e.g. an approval with no server to wait on) stays one: exit 2.
         failure = UsageError if isinstance(exc, UsageError) else FerryError
         raise failure(f"run {run_id}: {exc}") from None
+    if logs.json_output():
+        gates = _gate_results(Path(outcome["audit"]))
+        logs.write_json(sys.stderr, {"event": "summary", "ok": True, **outcome, "gates": gates})
+        return
     phases = ", ".join(f"{k} {v}" for k, v in outcome["phases"].items()) or "nothing to run"
     out.print(f"run {outcome['run_id']}: {phases}", markup=False, highlight=False)
     _print_gates(Path(outcome["audit"]))
     _print_status(loaded)
 
 
+def _gate_results(audit_root: Path) -> list[dict]:
+    """Every gate result of a run (with its phase), from its audit folder."""
+    return [
+        {"phase": path.parent.name, **result}
+        for path in sorted(audit_root.glob("*/gate.json"))
+        for result in json.loads(path.read_text(encoding="utf-8"))
+    ]
+
+
 def _print_gates(audit_root: Path) -> None:
-    """Every gate result of a run, from its audit folder."""
+    """Every gate result of a run, as a table."""
     table = Table(title="gates", show_header=True)
     for column in ("phase", "check", "status", "measured"):
         table.add_column(column)
-    gates = sorted(audit_root.glob("*/gate.json"))
-    for path in gates:
-        for result in json.loads(path.read_text(encoding="utf-8")):
-            measured = ", ".join(f"{k}={v}" for k, v in result["measured"].items() if v)
-            table.add_row(path.parent.name, result["name"], result["status"], measured)
-    if gates:
+    results = _gate_results(audit_root)
+    for result in results:
+        measured = ", ".join(f"{k}={v}" for k, v in result["measured"].items() if v)
+        table.add_row(result["phase"], result["name"], result["status"], measured)
+    if results:
         out.print(table)
     else:
         out.print("no gate ran in this run (no phase ran)", markup=False, highlight=False)
@@ -227,19 +247,25 @@ def _print_status(loaded) -> None:
     finally:
         runlog.close()
     table = Table(title=f"plan {loaded.plan.name}", show_header=True)
-    for column in ("phase", "status", "gate", "inputs", "run", "detail"):
+    # Names and run ids are what an operator types back (`ferry approve RUN_ID`, `--phase P`): never cut.
+    names = loaded.plan.enabled_phases()
+    table.add_column("phase", no_wrap=True, min_width=max(len(name) for name in names))
+    table.add_column("status", no_wrap=True)
+    for column in ("gate", "inputs"):
         table.add_column(column)
-    for phase in loaded.plan.enabled_phases():
+    table.add_column("run", no_wrap=True, min_width=max((len(p.run_id) for p in recorded.values()), default=3))
+    table.add_column("detail", overflow="fold")
+    for phase in names:
         rec = recorded.get(phase)
         if rec is None:
             table.add_row(phase, "not run", "", "", "", "")
             continue
         inputs = "unchanged" if rec.input_hash == open_phase(loaded, phase).input_hash() else "changed since"
-        gate = rec.detail if rec.status == "committed" else ""
-        detail = "" if rec.status == "committed" else rec.detail
+        gate = rec.detail if rec.status in ("committed", "unchanged") else ""
+        detail = "" if rec.status in ("committed", "unchanged") else rec.detail
         if rec.status != "committed" and live.get(phase):
             detail += f" (the target still holds committed run {live[phase][0]})"
-        table.add_row(phase, rec.status, gate, inputs, rec.run_id, detail)
+        table.add_row(phase, rec.status.replace("_", " "), gate, inputs, rec.run_id, detail)
     out.print(table)
     for run_record in runs:
         out.print(
@@ -449,6 +475,8 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
             shown[action.kind].append(action)
 
     bar = _ProgressBar() if show_progress else None
+    # Ctrl-C and SIGTERM stop the copy the same way: in-flight requests finish, the state keeps what was verified.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = run_sync(
             source,
@@ -463,20 +491,37 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
             on_start=bar.start if bar else None,
         )
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if bar:
             bar.stop()
     summary = result.stats.summary()
-    if settings.dry_run:
-        for kind, label in ((COPY, "would copy"), (DELETE, "would delete")):
-            for action in shown[kind]:
-                size = action.src.size if action.src else (action.dst.size if action.dst else 0)
-                out.print(f"{label}: {action.key} ({size} bytes; {action.reason})", markup=False, highlight=False)
-    _print_summary(result.stats, summary, settings, result.gate)
-    out.print(f"report: {result.report_path}", markup=False, highlight=False)
+    planned = [
+        {"action": label, "key": action.key, "bytes": _size_of(action), "reason": action.reason}
+        for kind, label in ((COPY, "would copy"), (DELETE, "would delete"))
+        for action in shown[kind]
+    ]
+    if logs.json_output():
+        closing = {"event": "summary", "ok": result.ok, **result.to_dict(), "report": str(result.report_path)}
+        logs.write_json(sys.stderr, {**closing, "would_change": planned} if settings.dry_run else closing)
+    else:
+        for item in planned:
+            line = f"{item['action']}: {item['key']} ({item['bytes']} bytes; {item['reason']})"
+            out.print(line, markup=False, highlight=False)
+        _print_summary(result.stats, summary, settings, result.gate)
+        out.print(f"report: {result.report_path}", markup=False, highlight=False)
     if result.stats.rejected:
         raise typer.Exit(2)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _size_of(action: Action) -> int:
+    return action.src.size if action.src else (action.dst.size if action.dst else 0)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
 
 
 def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate) -> None:
@@ -496,13 +541,15 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
         table.add_row("failed", str(objects["failed"]), "")
     out.print(table)
     latency = summary["latency_s"]
-    out.print(
-        f"duration {summary['duration_s']} s, throughput {summary['throughput_mb_s']} MB/s, "
-        f"{summary['objects_per_s']} objects/s, latency p50 {latency['p50']} s p99 {latency['p99']} s, "
-        f"retries {summary['retries']}",
-        markup=False,
-        highlight=False,
-    )
+    figures = [f"duration {summary['duration_s']} s"]
+    if stats.copied:  # rates and latencies of nothing copied (a dry run, an unchanged tree) are no figures
+        figures += [
+            f"throughput {summary['throughput_mb_s']} MB/s",
+            f"{summary['objects_per_s']} objects/s",
+            f"latency p50 {latency['p50']} s p99 {latency['p99']} s",
+        ]
+    figures.append(f"retries {summary['retries']}")
+    out.print(", ".join(figures), markup=False, highlight=False)
     out.print(
         f"bytes through ferry: read {sizes['read_through_ferry']:,}, written {sizes['written_through_ferry']:,}; "
         f"copied by the store itself (server-side or kernel copy) {sizes['server_side']:,}; "
@@ -575,16 +622,29 @@ def _single_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _last_line(outcome: str, message: str, code: int) -> None:
+    """Say why ferry stops (`ferry: OUTCOME: MESSAGE`, or the closing JSON event), then exit with code."""
+    if logs.json_output():
+        logs.write_json(sys.stderr, {"event": "summary", "ok": False, "outcome": outcome, "error": message})
+    elif outcome == "interrupted":
+        err.print(f"ferry: {message}", markup=False, highlight=False)
+    else:
+        err.print(f"ferry: {outcome}: {message}", markup=False, highlight=False)
+    sys.exit(code)
+
+
 def run() -> None:
     """Console-script entry point: one line on stderr, never a traceback; exit 2 for bad input, 1 for failures."""
     try:
         code = app(standalone_mode=False)
     except UsageError as exc:
-        err.print(f"ferry: error: {exc}", markup=False, highlight=False)
-        sys.exit(2)
+        _last_line("error", str(exc), 2)
+    except Interrupted as exc:
+        _last_line(
+            "interrupted", f"{exc}; what was verified is kept: run the same command again to resume", exc.exit_code
+        )
     except FerryError as exc:
-        err.print(f"ferry: failed: {exc}", markup=False, highlight=False)
-        sys.exit(1)
+        _last_line("failed", str(exc), 1)
     except typer.TyperException as exc:  # typer's parse errors; it vendors click, so they are not click's classes
         # Its no-args-is-help error has printed the help already and carries no message.
         if message := _single_line(exc.format_message()):

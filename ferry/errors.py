@@ -6,6 +6,8 @@ the provider's own error code so the one-line message a user sees names it.
 
 from __future__ import annotations
 
+import signal
+
 
 class FerryError(Exception):
     """Base of every error ferry raises on purpose."""
@@ -46,3 +48,19 @@ class GateFailed(FerryError):
 
 class RejectedKey(PermanentError):
     """A source key the target cannot hold safely (it would escape a local directory). Exit 2."""
+
+
+class Interrupted(FerryError):
+    """Ctrl-C, SIGTERM or a cancel from the Prefect UI stopped the work: not a failure, nothing is rolled back.
+
+    Every verified object and part stays in the transfer state; running the same command resumes.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process ended by the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum

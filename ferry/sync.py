@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,8 +58,12 @@ def run_sync(
     report_path: Path | None = None,
     on_action: Callable[[Action], None] | None = None,
     on_start: Callable[[Stats], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> SyncResult:
-    """Sync source into target and verify it; the report lands in report_path (or the state dir)."""
+    """Sync source into target and verify it; the report lands in report_path (or the state dir).
+
+    A set stop event ends the copy early (what was verified is kept); the result says it was interrupted.
+    """
     source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
     state = TransferState(state_dir, source.url, target.url, settings.prefix)
     seen = DataTally()
@@ -69,11 +74,13 @@ def run_sync(
             on_action(action)
 
     try:
-        transfer = Transfer(source, target, state, settings, on_action=observe)
+        transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop)
         if on_start is not None:
             on_start(transfer.stats)
         stats = transfer.run()
-        if settings.dry_run:
+        if stats.interrupted:
+            gate = CheckResult(NAME, Status.SKIP, evidence=["interrupted: the next run resumes, then verifies"])
+        elif settings.dry_run:
             gate = CheckResult(NAME, Status.SKIP, evidence=["dry run: nothing was copied"])
         elif not verify:
             gate = CheckResult(NAME, Status.SKIP, evidence=["--no-verify"])

@@ -11,6 +11,8 @@ import logging
 
 from prefect.logging.handlers import PrefectConsoleHandler
 
+from ferry.logs import record_event, write_json
+
 
 class OneLineConsoleHandler(PrefectConsoleHandler):
     """PrefectConsoleHandler that prints a record's message and its exception's one line, never the traceback."""
@@ -25,3 +27,13 @@ class OneLineConsoleHandler(PrefectConsoleHandler):
         if exc is not None and str(exc) not in line:
             line += f" ({type(exc).__name__}: {exc})"
         return line
+
+
+class JsonConsoleHandler(PrefectConsoleHandler):
+    """PrefectConsoleHandler for --log-format json: every record, Prefect's and ferry's, as one JSON object a line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            write_json(self.stream, record_event(record))
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)

@@ -6,6 +6,7 @@ the Phase contract, so a phase registered anywhere runs here without a flow of i
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,19 @@ class PrefectReporter(Reporter):
         return _ArtifactProgress(key, description)
 
 
+# Per running phase (by its run's audit folder): set when the run is interrupted (Ctrl-C, SIGTERM, a cancel
+# from the UI), so that steps running in task threads wind down, keeping what they verified.
+_stopping: dict[str, threading.Event] = {}
+
+
 @task(name="phase-step", cache_policy=NO_CACHE)
 def run_step(plan_path: str, audit_root: str, phase: str, step: str) -> dict[str, Any]:
     """One step of a phase; its transaction keeps what the rollback hook needs."""
     transaction = get_transaction()
     for key, value in {"plan_path": plan_path, "audit_root": audit_root, "phase": phase, "step": step}.items():
         transaction.set(key, value)
-    return _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter())
+    stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
+    return _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter(stopping))
 
 
 @run_step.on_rollback
@@ -65,17 +72,29 @@ def run_gate(plan_path: str, audit_root: str, phase: str) -> list[dict]:
 
 
 @flow(name="phase")
-def phase_flow(plan_path: str, audit_root: str, phase: str) -> list[dict]:
-    """Run every step of the phase (one task each, retried on transient errors only), then its gate."""
+def phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[dict]]:
+    """Run every step of the phase (one task each, retried on transient errors only), then its gate.
+
+    Returns the steps' summaries and the gate's results.
+    """
     loaded = load_plan(Path(plan_path))
     steps = open_phase(loaded, phase).steps()
     options = transient_retries(loaded)
-    futures = [
-        run_step.with_options(task_run_name=f"{phase} {step!r}" if step else phase, **options).submit(
-            plan_path, audit_root, phase, step
-        )
-        for step in steps
-    ]
-    summaries = [future.result() for future in futures]
+    stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
+    try:
+        futures = [
+            run_step.with_options(task_run_name=f"{phase} {step!r}" if step else phase, **options).submit(
+                plan_path, audit_root, phase, step
+            )
+            for step in steps
+        ]
+        summaries = [future.result() for future in futures]
+    except BaseException:
+        # Interrupted (or failed) while steps run: they stop now, before Prefect waits for their threads.
+        stopping.set()
+        raise
+    finally:
+        _stopping.pop(f"{audit_root}:{phase}", None)
     AuditFolder(Path(audit_root)).write_json(phase, "summary.json", summaries)
-    return run_gate.with_options(task_run_name=f"{phase} gate")(plan_path, audit_root, phase)
+    gate = run_gate.with_options(task_run_name=f"{phase} gate")(plan_path, audit_root, phase)
+    return {"summaries": summaries, "gate": gate}

@@ -9,6 +9,7 @@ the first one that did not commit.
 from __future__ import annotations
 
 import os
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,10 +17,11 @@ import structlog
 from prefect import flow, pause_flow_run, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import FlowPauseTimeout, TerminationSignal
 from prefect.transactions import transaction
 
 from ferry.audit import AuditFolder
-from ferry.errors import GateFailed, UsageError
+from ferry.errors import FerryError, GateFailed, Interrupted, UsageError
 from ferry.phases.base import Phase, open_phase, preflight
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
@@ -37,22 +39,35 @@ def _run_name() -> str:
     return runtime.flow_run.parameters.get("run_id") or new_run_id(runtime.flow_run.parameters["plan_path"])
 
 
-def _approve(loaded: LoadedPlan, phase: str, run_id: str, timeout_s: int) -> None:
-    """Pause the run until someone approves the phase (Prefect UI or `ferry approve`), or fail on timeout."""
+def _approve(phase: Phase, run_id: str, timeout_s: int, runlog: RunLog, digest: str) -> None:
+    """Pause the run until someone approves the phase's changes (Prefect UI or `ferry approve`).
+
+    Nothing to change needs no approval. A timeout fails the run before the phase changed anything.
+    """
+    name, plan = phase.name, phase.loaded.plan.name
+    changes = phase.changes()
+    if changes.empty:
+        log.info("nothing to change: no approval needed", changes=changes.totals)
+        return
     if not os.environ.get("PREFECT_API_URL"):
         raise UsageError(
-            f"{phase} needs an approval, which needs a Prefect server: run `ferry ui` and set PREFECT_API_URL"
+            f"{name} needs an approval, which needs a Prefect server: run `ferry ui` and set PREFECT_API_URL"
         )
-    changes = open_phase(loaded, phase).changes()
     create_markdown_artifact(
-        f"# Approval needed: {phase}\n\n{changes.text}\n\n"
+        f"# Approval needed: {name}\n\n{changes.text}\n\n"
         f"Resume this run in the Prefect UI or run `ferry approve {run_id}`.",
-        key=f"approval-{phase.replace('_', '-')}",
-        description=f"what {phase} will change",
+        key=f"approval-{name.replace('_', '-')}",
+        description=f"what {name} will change",
     )
-    log.warning("waiting for approval", phase=phase, changes=changes.totals, timeout_s=timeout_s)
-    pause_flow_run(timeout=timeout_s, poll_interval=2)
-    log.info("approved", phase=phase)
+    runlog.set_phase(plan, name, digest, "waiting_for_approval", run_id, changes.text)
+    log.warning(f"{name} waits for approval: {changes.text} To approve: ferry approve {run_id}", timeout_s=timeout_s)
+    try:
+        pause_flow_run(timeout=timeout_s, poll_interval=2)
+    except FlowPauseTimeout:
+        message = f"approval for {name} timed out after {timeout_s} s; nothing was changed"
+        runlog.set_phase(plan, name, digest, "not_approved", run_id, message)
+        raise FerryError(message) from None
+    log.info("approved", phase=name)
 
 
 @flow(name="migrate", flow_run_name=_run_name, log_prints=True)
@@ -84,21 +99,32 @@ def migrate(
             runner = open_phase(loaded, phase)
             digest = runner.input_hash()
             last = runlog.phase(plan.name, phase)
-            unchanged = last and last.status == "committed" and last.input_hash == digest
+            unchanged = last and last.status in ("committed", "unchanged") and last.input_hash == digest
             if unchanged and not runner.live_inputs and phase not in (force or []):
                 log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
                 outcomes[phase] = "skipped"
                 continue
             if phase in plan.approve_before:
-                _approve(loaded, phase, run_id, approval_timeout_s)
+                _approve(runner, run_id, approval_timeout_s, runlog, digest)
             runlog.set_phase(plan.name, phase, digest, "running", run_id)
             try:
-                outcomes[phase] = _run_phase(runner, audit)
+                outcomes[phase], changed = _run_phase(runner, audit)
+            except Interrupted as exc:
+                runlog.set_phase(plan.name, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
+                raise
             except Exception as exc:
                 runlog.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
                 raise
-            runlog.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
+            if changed:
+                runlog.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
+            else:
+                # No commit: `ferry rollback` never undoes a run that changed nothing.
+                log.info("nothing changed: no commit recorded")
+                runlog.set_phase(plan.name, phase, digest, "unchanged", run_id, outcomes[phase])
         runlog.end_run(run_id, "completed")
+    except Interrupted as exc:
+        runlog.end_run(run_id, "interrupted", str(exc))
+        raise
     except BaseException as exc:
         runlog.end_run(run_id, "failed", str(exc))
         raise
@@ -137,28 +163,46 @@ def _report(audit: AuditFolder, phase: str, results: list[CheckResult]) -> None:
     )
 
 
-def _run_phase(phase: Phase, audit: AuditFolder) -> str:
-    """One phase in its transaction: a FAIL gate raises inside it, so the phase's steps roll back.
+def _run_phase(phase: Phase, audit: AuditFolder) -> tuple[str, bool]:
+    """One phase in its transaction: its gate's status and whether it changed the target.
+
+    A FAIL gate raises inside the transaction, so the phase's steps roll back.
 
     Prefect rolls back the steps that completed; the phase's own rollback then undoes what steps
-    that never completed left behind (it does nothing twice).
+    that never completed left behind (it does nothing twice). An interrupt is not a failure: nothing
+    is rolled back, and the next run resumes.
     """
     try:
         return _transaction(phase, audit)
-    except BaseException:
+    except Interrupted:
+        raise
+    except Exception:
         phase.rollback(audit.root)
         raise
 
 
-def _transaction(phase: Phase, audit: AuditFolder) -> str:
+def _transaction(phase: Phase, audit: AuditFolder) -> tuple[str, bool]:
     name, strict = phase.name, phase.loaded.plan.strict
+    interrupted: int | None = None
     with transaction(key=f"{audit.root.name}-{name}"):
         subflow = phase_flow.with_options(name=name, flow_run_name=name)
-        results = [CheckResult.from_dict(r) for r in subflow(str(phase.loaded.path), str(audit.root), name)]
-        _report(audit, name, results)
-        status = gate_status(results, strict)
-        log.info("gate", status=status.value, checks=len(results))
-        if status == Status.FAIL:
-            failing = [r.name for r in blocking(results, strict)]
-            raise GateFailed(f"{name}: gate failed: {', '.join(failing)} (report: {audit.path(name, 'gate.md')})")
-    return status.value
+        # Prefect's transaction rolls back on any exception, an interrupt's too: caught inside it, an
+        # interrupt leaves what the phase did in place for the next run to resume.
+        try:
+            outcome = subflow(str(phase.loaded.path), str(audit.root), name)
+        except KeyboardInterrupt:
+            interrupted = signal.SIGINT
+        except TerminationSignal as exc:  # SIGTERM, or a cancel from the Prefect UI
+            interrupted = exc.signal
+        if interrupted is None:
+            results = [CheckResult.from_dict(r) for r in outcome["gate"]]
+            _report(audit, name, results)
+            status = gate_status(results, strict)
+            log.info("gate", status=status.value, checks=len(results))
+            if status == Status.FAIL:
+                failing = [r.name for r in blocking(results, strict)]
+                raise GateFailed(f"{name}: gate failed: {', '.join(failing)} (report: {audit.path(name, 'gate.md')})")
+    if interrupted is not None:
+        log.warning("interrupted: nothing is rolled back; run the same command again to resume")
+        raise Interrupted(interrupted)
+    return status.value, phase.changed(outcome["summaries"])

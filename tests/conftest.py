@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import Server, start_azurite, start_moto, start_registry
+from tests.support import Server, start_azurite, start_moto, start_registry
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")

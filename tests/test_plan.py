@@ -6,7 +6,7 @@ import pytest
 
 from ferry.phases.iam import namespace
 from ferry.plan import load_plan
-from tests.cli_runner import run_cli
+from tests.support import run_cli
 
 VALID = """\
 name: demo-migration

@@ -81,6 +81,7 @@ class Transfer:
         state: TransferState,
         settings: TransferSettings,
         on_action: Callable[[Action], None] | None = None,
+        stop: threading.Event | None = None,
     ):
         self.source = source
         self.target = target
@@ -88,6 +89,8 @@ class Transfer:
         self.settings = settings
         self.stats = Stats()
         self.on_action = on_action
+        # Set by whoever runs the transfer when it must stop (an interrupt in another thread).
+        self.stop = stop
         self.threads = effective_threads(settings.threads, source, target)
         self._sched = Scheduler(settings.memory_budget, 2 * self.threads)
         self._max_open_large = max(4, 2 * settings.memory_budget // settings.part_size)
@@ -104,6 +107,12 @@ class Transfer:
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> Stats:
+        """Copy, verify and record until done; interrupted, it drops queued work and lets running tasks finish.
+
+        An exception in this thread (KeyboardInterrupt, a signal handler's) propagates after that;
+        a set stop event ends the run early with stats.interrupted set. Either way the state keeps
+        every object and part verified so far, for the next run to resume.
+        """
         self.source.check()
         self.target.prepare_target(self.settings.dry_run)
         # Each worker runs in a copy of this context: bound log fields (run, phase) and an
@@ -114,20 +123,45 @@ class Transfer:
         ]
         for worker in workers:
             worker.start()
+        finished = threading.Event()
+        if self.stop is not None:
+            threading.Thread(target=self._watch, args=(self.stop, finished), daemon=True).start()
         try:
             self._produce()
-        finally:
             self._sched.close()
             for worker in workers:
                 worker.join()
+        except BaseException:
+            # Interrupted (or broken) here: queued work is dropped, running tasks finish and are recorded.
+            self._interrupted()
+            self._sched.close()
+            for worker in workers:
+                worker.join()
+            raise
+        finally:
+            finished.set()
             self.state.flush()
         return self.stats
+
+    def _watch(self, stop: threading.Event, finished: threading.Event) -> None:
+        while not finished.wait(0.2):
+            if stop.is_set():
+                self._interrupted()
+                return
+
+    def _interrupted(self) -> None:
+        if not self._sched.aborted:
+            log.warning("stopping: queued work dropped, running requests finish and are recorded")
+        self.stats.interrupted = True
+        self._sched.abort()
 
     def _produce(self) -> None:
         counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
         target = listing(self.target, self.settings, self._note_retry)
         records = self.state.objects()
         for action in diff(counted, target, records, self.settings):
+            if self._sched.aborted:
+                return
             if self.on_action is not None:
                 self.on_action(action)
             if action.kind == SKIP:

@@ -65,12 +65,18 @@ class Scheduler:
         self.max_queued = max_queued
         self.open_large = 0
         self.closed = False
+        self.aborted = False
 
     def submit(self, cost: int, fn: Callable[[], None]) -> None:
-        """Queue fn, which holds cost bytes of the budget while it runs; wait while the small lane is full."""
+        """Queue fn, which holds cost bytes of the budget while it runs; wait while the small lane is full.
+
+        After abort() nothing is queued any more.
+        """
         with self.room:
-            while len(self.small) >= self.max_queued:
+            while len(self.small) >= self.max_queued and not self.aborted:
                 self.room.wait()
+            if self.aborted:
+                return
             self.small.append((cost, fn))
             self.work.notify()
 
@@ -88,7 +94,7 @@ class Scheduler:
     def open_large_slot(self, limit: int | None) -> Slot:
         """Count one more large object in flight; with a limit, wait until one is free."""
         with self.slots:
-            while limit is not None and self.open_large >= limit:
+            while limit is not None and self.open_large >= limit and not self.aborted:
                 self.slots.wait()
             self.open_large += 1
         return Slot(self)
@@ -98,6 +104,16 @@ class Scheduler:
         with self.work:
             self.closed = True
             self.work.notify_all()
+
+    def abort(self) -> None:
+        """Stop: queued work is dropped, tasks running finish, take() returns None, nobody waits any more."""
+        with self.work:
+            self.aborted = True
+            self.small.clear()
+            self.large.clear()
+            self.work.notify_all()
+            self.room.notify_all()
+            self.slots.notify_all()
 
     def _fits(self, cost: int) -> bool:
         # A task larger than the whole budget still runs, alone.
@@ -123,6 +139,8 @@ class Scheduler:
         """The next task (its cost and function) for a worker, waiting for one; None when all is done."""
         with self.work:
             while True:
+                if self.aborted:
+                    return None
                 task = self._pop()
                 if self.large and not self.large[0].numbers:
                     self.large = deque(p for p in self.large if p.numbers)

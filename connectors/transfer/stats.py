@@ -63,6 +63,8 @@ class Stats:
     bytes_server_side: int = 0
     bytes_url_pulled: int = 0
     url_copy: str = "not attempted"
+    # Stopped before the end (Ctrl-C, SIGTERM, a cancelled run): what is recorded is kept for the next run.
+    interrupted: bool = False
     started: float = field(default_factory=time.monotonic)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     failures: list[str] = field(default_factory=list)
@@ -120,6 +122,7 @@ class Stats:
             "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
             "retries": self.retries,
             "url_copy": self.url_copy,
+            "interrupted": self.interrupted,
             "duration_s": round(elapsed, 3),
             "throughput_mb_s": round(self.bytes_copied / elapsed / 1e6, 2) if elapsed > 0 else None,
             "objects_per_s": round(self.copied / elapsed, 1) if elapsed > 0 else None,

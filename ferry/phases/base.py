@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,7 +53,14 @@ class Undo:
 
 
 class Reporter:
-    """Where a running phase shows progress and reports; the pipeline gives Prefect's, tests this silent one."""
+    """Where a running phase shows progress and reports, and learns that it should stop.
+
+    The pipeline gives Prefect's; tests and direct calls this silent one, which is never asked to stop.
+    """
+
+    def __init__(self, stopping: threading.Event | None = None):
+        # Set when the run is interrupted: a step stops soon, keeping what it has verified.
+        self.stopping = stopping or threading.Event()
 
     def markdown(self, key: str, text: str, description: str) -> None:
         """Publish a Markdown report under key."""
@@ -143,6 +151,10 @@ class Phase(abc.ABC):
     @abc.abstractmethod
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
         """Do one step, idempotently; record in the audit folder what rollback needs. Returns a summary."""
+
+    def changed(self, summaries: list[dict[str, Any]]) -> bool:
+        """Whether the steps that returned these summaries changed the target (a run that did not commits nothing)."""
+        return True
 
     @abc.abstractmethod
     def gate(self, audit: AuditFolder) -> list[CheckResult]:

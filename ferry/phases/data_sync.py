@@ -200,15 +200,24 @@ class DataSyncPhase(Phase):
                     report_path=audit.path(self.name, f"sync-{label(step)}.json"),
                     on_action=on_action,
                     on_start=follow.start,
+                    stop=reporter.stopping,
                 )
             finally:
                 follow.stop(finished=result is not None)
         summary = result.stats.summary()
+        objects = summary["objects"]
+        if objects["copied"] == objects["deleted"] == objects["failed"] == 0:
+            log.info("0 to copy: the target already holds the shard", shard=step or "(all)", equal=objects["skipped"])
+        else:
+            log.info("shard synced", shard=step or "(all)", **{k: objects[k] for k in ("copied", "skipped", "deleted")})
         if result.stats.failed:
             first = summary["failures"][0] if summary["failures"] else "see the report"
             error = PermanentError if result.stats.rejected else TransientError
             raise error(f"shard {step or '(all)'}: {result.stats.failed} object(s) failed; first: {first}")
         return summary
+
+    def changed(self, summaries: list[dict[str, Any]]) -> bool:
+        return any(s["objects"]["copied"] or s["objects"]["deleted"] for s in summaries)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""

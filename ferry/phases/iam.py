@@ -179,12 +179,16 @@ class IamPhase(Phase):
         reporter.markdown("iam-report", report, "IAM mapping report")
         target = self.published()
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            audit.write_text(self.name, "previous-rbac.yaml", target.read_text(encoding="utf-8"))
+        previous = target.read_text(encoding="utf-8") if target.exists() else None
+        if previous is not None:
+            audit.write_text(self.name, "previous-rbac.yaml", previous)
         audit.write_json(self.name, "published.json", {"path": str(target)})
         _replace(target, text)
         log.info("mapped IAM", **mapping.totals())
-        return mapping.totals()
+        return {**mapping.totals(), "changed": previous != text}
+
+    def changed(self, summaries: list[dict[str, Any]]) -> bool:
+        return any(s["changed"] for s in summaries)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """The iam gate over what the run rendered (read back from the audit folder)."""

@@ -7,17 +7,14 @@ shell would, so typer's parsing, the entry point's error handling and the exit c
 from __future__ import annotations
 
 import gzip
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from ferry import __version__
-
-FERRY = Path(sys.executable).with_name("ferry")
+from tests.support import FERRY, run_ferry
 
 PLAN = """\
 name: bad-invocations
@@ -52,6 +49,16 @@ FILES: dict[str, bytes] = {
     "profiles-secret.yaml": b"profiles:\n  meta:\n    type: s3\n    secret_access_key: hunter2\n",
     "profiles-latin1.yaml": "profiles:\n  m\xe9ta: {type: s3}\n".encode("latin-1"),
     "profiles-list.yaml": b"- meta\n",
+    # Valid plans that cannot run here: plan validate refuses them.
+    "alias-typo.yaml": PLAN.replace("./dst", "mta://store/x").encode(),
+    "cron-25h.yaml": (PLAN + 'schedule: "0 25 * * *"\n').encode(),
+    "missing-export.yaml": PLAN.replace("  storage: ./src\n", "  storage: ./src\n  iam: {ldif: gone.ldif}\n")
+    .replace("data_sync: {}", "iam: {namespace: ml}")
+    .encode(),
+    "unset-credential.yaml": (
+        PLAN.replace("./dst", "m://store/x")
+        + "profiles:\n  m:\n    type: s3\n    credentials: {access_key_id_env: FERRY_TEST_UNSET_KEY}\n"
+    ).encode(),
 }
 
 # (id, argv, exit code, what stderr must say)
@@ -108,6 +115,12 @@ CASES = [
     ("approve without a run id", ["approve"], 2, "Missing argument 'run_id'"),
     ("approve without PREFECT_API_URL", ["approve", "run-1"], 2, "set PREFECT_API_URL"),
     ("ui port not a number", ["ui", "--port", "abc"], 2, "'--port'"),
+    ("undefined scheme alias", ["plan", "validate", "alias-typo.yaml"], 2, ":5: target.storage: mta://store/x"),
+    ("cron hour 25", ["plan", "validate", "cron-25h.yaml"], 2, ":8: schedule: '0 25 * * *' is not a cron"),
+    ("missing export file", ["plan", "validate", "missing-export.yaml"], 2, ":4: source.iam.ldif:"),
+    ("unset credential variable", ["plan", "validate", "unset-credential.yaml"], 2, "FERRY_TEST_UNSET_KEY is not set"),
+    ("misspelt --force", ["run", "plan.yaml", "--force", "data_snyc"], 2, "--force: 'data_snyc' is not a phase"),
+    ("misspelt --only", ["run", "plan.yaml", "--only", "imagse"], 2, "--only: 'imagse' is not a phase"),
 ]
 
 
@@ -120,48 +133,45 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def ferry(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def ferry(workdir: Path, *args: str) -> tuple[int, str, str]:
     """`ferry ARGS` in workdir as a shell runs it, with no Prefect server and state kept in workdir."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "FERRY_DEBUG")}
-    env["FERRY_STATE_DIR"] = str(workdir / "state")
-    return subprocess.run(
-        [str(FERRY), *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_ferry(*args, cwd=workdir, env={"FERRY_STATE_DIR": str(workdir / "state")})
 
 
-@pytest.mark.parametrize(("argv", "code", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_invocation_is_one_line(workdir, argv, code, needle) -> None:
-    done = ferry(workdir, *argv)
-    assert done.returncode == code, (done.stdout, done.stderr)
-    assert "Traceback" not in done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert 1 <= len(lines) <= 3, done.stderr
+@pytest.mark.parametrize(("argv", "expected", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_invocation_is_one_line(workdir, argv, expected, needle) -> None:
+    exit_code, out, err = ferry(workdir, *argv)
+    assert exit_code == expected, (out, err)
+    assert "Traceback" not in out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 3, err
     assert lines[0].startswith("ferry: error: "), lines[0]
-    assert needle in done.stderr, done.stderr
-    assert "hunter2" not in done.stderr
+    assert needle in err, err
+    assert "hunter2" not in err
+    assert not (workdir / ".ferry" / "runs").exists(), "a bad invocation started a run"
 
 
 def test_the_table_is_large_enough() -> None:
-    assert len(CASES) >= 30 and FERRY.is_file()
+    assert len(CASES) >= 30 and Path(FERRY).is_file()
 
 
 @pytest.mark.parametrize("argv", [[], ["plan"]], ids=["ferry", "ferry plan"])
 def test_no_command_prints_the_help(workdir, argv) -> None:
-    done = ferry(workdir, *argv)
-    assert done.returncode == 2  # as click does: a command was expected
-    assert "Usage:" in done.stdout and "Commands" in done.stdout
-    assert "Traceback" not in done.stdout + done.stderr and not done.stderr.strip()
+    code, out, err = ferry(workdir, *argv)
+    assert code == 2  # as click does: a command was expected
+    assert "Usage:" in out and "Commands" in out
+    assert "Traceback" not in out + err and not err.strip()
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["version"]])
 def test_version(workdir, argv) -> None:
-    done = ferry(workdir, *argv)
-    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, __version__, "")
+    code, out, err = ferry(workdir, *argv)
+    assert (code, out.strip(), err) == (0, __version__, "")
 
 
 def test_an_internal_error_is_one_line_unless_debugging(monkeypatch) -> None:
     from ferry import cli
-    from tests.cli_runner import run_cli
+    from tests.support import run_cli
 
     def broken(path: Path) -> None:
         raise RuntimeError("a bug\nover two lines")

@@ -19,7 +19,7 @@ from connectors.registry import open_connector
 from ferry.errors import ChecksumMismatch, PermanentError, RejectedKey, TransientError, UsageError
 from ferry.profiles import Credentials, Profile
 from tests.connectors.conformance import PART, ConnectorSuite
-from tests.servers import AZURITE_ACCOUNT, AZURITE_KEY, Server, free_port
+from tests.support import AZURITE_ACCOUNT, AZURITE_KEY, Server, free_port
 
 
 @pytest.fixture

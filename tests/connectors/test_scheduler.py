@@ -169,3 +169,23 @@ def test_workers_never_hold_more_than_the_budget_unless_a_task_runs_alone() -> N
     assert len(seen) == 240
     assert all(held <= budget or count == 1 for held, count in seen)
     assert sched.available == budget and sched.large_held == 0
+
+
+def test_abort_drops_queued_work_frees_every_waiter_and_ends_the_workers() -> None:
+    sched = Scheduler(budget=100, max_queued=1)
+    sched.submit(10, noop)
+    producer = Waiter(lambda: sched.submit(10, noop))  # the small lane is full: it waits
+    sched.add_large(Parts(deque([1, 2, 3]), 10, lambda number: None))
+    slot = sched.open_large_slot(None)
+    blocked = Waiter(lambda: sched.open_large_slot(1))  # one large object open, limit 1: it waits
+    running = sched.take()  # a task a worker is running when the interrupt comes
+    assert running is not None and producer.waiting() and blocked.waiting()
+    sched.abort()
+    producer.result()
+    blocked.result()
+    # Queued work is gone; the workers' next take() ends them, although a large slot is still held.
+    assert sched.take() is None and not sched.small and not sched.large
+    sched.submit(10, noop)  # a late submission is dropped, it does not wait
+    assert sched.take() is None
+    sched.release(running[0])
+    assert slot.release()

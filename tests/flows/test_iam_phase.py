@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flows.test_cli_pipeline import run_cli
-from tests.flows.test_pipeline import write_plan
+from tests.support import run_ferry, write_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "iam"
 IAM_SOURCE = """\
@@ -61,11 +60,11 @@ def test_second_phase_fails_its_gate_first_stays_and_a_fixed_rerun_resumes(prefe
     assert runlog.phase("second-fails", "data_sync").status == "rolled_back"
     runlog.close()
 
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
     assert code == 0
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
     assert "committed" in rows["iam"] and "WARN" in rows["iam"]
-    assert "rolled_back" in rows["data_sync"] and "gate failed" in rows["data_sync"]
+    assert "rolled back" in rows["data_sync"] and "gate failed" in rows["data_sync"]
 
     stray.unlink()  # the cause, fixed
     outcome = migrate(plan_path=str(plan))
@@ -89,15 +88,15 @@ def test_failed_iam_gate_restores_the_previous_bindings_and_rollback_by_hand(pre
         migrate(plan_path=str(plan))
     assert published.read_text() == before, "the failed run's bindings must not stay published"
     assert not (tmp_path / "dst").exists(), "data_sync ran after a failed iam gate"
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
-    assert "rolled_back" in out and f"the target still holds committed run {first['run_id']}" in out
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "rolled back" in out and f"the target still holds committed run {first['run_id']}" in out
 
-    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam", "--yes")
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "iam", "--yes", api=prefect_api)
     assert code == 0, err
     assert f"rolled back iam of run {first['run_id']}: removed" in out
     assert "no bindings were published before run" in out
     assert not published.exists()
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
-    assert "rolled_back" in out and "still holds" not in out
-    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "iam", "--yes")
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "rolled back" in out and "still holds" not in out
+    code, _, err = run_ferry("rollback", str(plan), "--phase", "iam", "--yes", api=prefect_api)
     assert code == 2 and "iam has no committed run to roll back" in err

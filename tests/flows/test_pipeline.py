@@ -10,32 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PLAN = """\
-name: {name}
-source:
-  storage: ./src
-target:
-  profile: meta-compute
-  storage: ./dst
-phases:
-  data_sync:
-    threads: 8
-    shards: [a/, b/]
-gates:
-  data_sync: {{allow_extra: {allow_extra}}}
-retries: {{attempts: 1, delay_s: 0}}
-{extra}
-"""
-
-
-def write_plan(root: Path, name: str, allow_extra: bool = True, extra: str = "") -> Path:
-    for key, data in {"a/one.bin": b"1" * 1000, "a/two.bin": b"22", "b/three.bin": b"333" * 100}.items():
-        path = root / "src" / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    plan = root / "migration.yaml"
-    plan.write_text(PLAN.format(name=name, allow_extra=str(allow_extra).lower(), extra=extra))
-    return plan
+from tests.support import write_plan
 
 
 def artifacts(flow_run_name: str) -> dict[str, str]:
@@ -82,6 +57,11 @@ def test_run_commits_writes_audit_and_artifacts_then_a_rerun_diffs_and_copies_no
     summaries = json.loads((Path(again["audit"]) / "data_sync" / "summary.json").read_text())
     assert [s["objects"]["copied"] for s in summaries] == [0, 0]
     assert sum(s["objects"]["skipped"] for s in summaries) == 3
+    # A run that changed nothing records no commit: a rollback still undoes the first run.
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("commit-then-skip", "data_sync").status == "unchanged"
+    assert runlog.live_commit("commit-then-skip", "data_sync")[0] == run_id
+    runlog.close()
     forced = migrate(plan_path=str(plan), force=["data_sync"])
     assert forced["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
     runlog = RunLog(tmp_path / ".ferry" / "state")
@@ -98,8 +78,10 @@ def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api,
     stray = tmp_path / "dst" / "a" / "stray.bin"
     stray.parent.mkdir(parents=True)
     stray.write_bytes(b"not in the source")
-    with pytest.raises(GateFailed, match="gate failed"):
+    with pytest.raises(GateFailed, match="gate failed") as failed:
         migrate(plan_path=str(plan))
+    gate = Path(str(failed.value).rsplit("report: ", 1)[1].rstrip(")")).read_text()
+    assert "- extra_in_target: a/stray.bin" in gate  # the report names the key, not only a count
     # The rollback hooks deleted what the phase created; what was there before stays.
     assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["stray.bin"]
     runlog = RunLog(tmp_path / ".ferry" / "state")
@@ -140,12 +122,28 @@ def test_approval_pauses_and_resumes_through_the_api(prefect_api, tmp_path) -> N
 
 
 def test_timed_out_approval_changes_nothing(prefect_api, tmp_path) -> None:
+    from ferry.errors import FerryError
+    from ferry.runlog import RunLog
     from flows.pipeline import migrate
 
     plan = write_plan(tmp_path, "approval-times-out", extra="approve_before: [data_sync]")
-    with pytest.raises(Exception, match="(?i)pause|timed out|never resumed"):
+    with pytest.raises(FerryError, match="^approval for data_sync timed out after 3 s; nothing was changed$"):
         migrate(plan_path=str(plan), approval_timeout_s=3)
     assert not (tmp_path / "dst").exists()
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("approval-times-out", "data_sync").status == "not_approved"
+    runlog.close()
+
+
+def test_nothing_to_change_needs_no_approval(prefect_api, tmp_path) -> None:
+    from flows.pipeline import migrate
+
+    plan = write_plan(tmp_path, "approval-not-needed")
+    migrate(plan_path=str(plan))  # the target now holds everything
+    plan.write_text(plan.read_text() + "approve_before: [data_sync]\n")
+    # Nothing to copy: no pause (else it would wait here for the whole timeout and fail the test's own).
+    outcome = migrate(plan_path=str(plan), approval_timeout_s=600)
+    assert outcome["phases"]["data_sync"] == "PASS"
 
 
 def test_failed_preflight_stops_before_any_phase(prefect_api, tmp_path) -> None:

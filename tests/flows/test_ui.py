@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.flows.test_pipeline import write_plan
-from tests.servers import free_port
+from tests.support import write_plan
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FERRY = str(Path(sys.executable).with_name("ferry"))
 SHOTS = Path(__file__).resolve().parents[2] / ".ferry" / "screenshots"
 
 
@@ -26,7 +19,7 @@ def test_run_page_shows_the_run_and_its_gate_report(prefect_api, tmp_path) -> No
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     from flows.pipeline import migrate, new_run_id
-    from tests.flows.browser import Browser
+    from tests.browser import Browser
 
     plan = write_plan(tmp_path, "ui-check")
     run_id = new_run_id(str(plan))
@@ -46,21 +39,3 @@ def test_run_page_shows_the_run_and_its_gate_report(prefect_api, tmp_path) -> No
     finally:
         browser.close()
     assert (SHOTS / "run-artifacts.png").stat().st_size > 10_000
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_ferry_ui_stops_its_server_on_sigterm_as_on_ctrl_c(sig) -> None:
-    port = free_port()
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    ui = subprocess.Popen([FERRY, "ui", "--port", str(port)], env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert f"127.0.0.1:{port}" in ui.stdout.readline()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as response:
-            assert response.status == 200
-        ui.send_signal(sig)
-        assert ui.wait(timeout=60) == 0
-    finally:
-        ui.kill()
-    with pytest.raises(OSError):  # nothing listens there any more: the server went with ferry ui
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)

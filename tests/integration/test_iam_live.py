@@ -9,8 +9,7 @@ from ferry.iam import Level
 from ferry.phases.base import open_phase
 from ferry.plan import load_plan
 from ferry.results import Status
-from tests.cli_runner import run_cli
-from tests.servers import free_port
+from tests.support import free_port, run_cli
 
 PLAN = """\
 name: live-iam

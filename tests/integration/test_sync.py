@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import unicodedata
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from connectors.transfer import TransferSettings, TransferState
 from ferry.results import Status
 from ferry.sync import run_sync
 from tests.integration.faultproxy import FaultProxy
+from tests.support import parts_recorded, signal_mid_copy
 
 KiB = 1024
 PART = 256 * KiB
@@ -237,13 +239,13 @@ def test_permanent_error_fails_fast_with_the_provider_code(moto_env, tmp_path) -
     assert result.gate.status == Status.FAIL and result.gate.measured["missing"] == 1
 
 
-def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["kill-9", "ctrl-c", "sigterm"])
+def test_stopped_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tmp_path, sig) -> None:
+    """kill -9 loses only the parts in flight; Ctrl-C and SIGTERM let them finish and record them, then exit."""
     import json
-    import signal
     import sqlite3
     import subprocess
     import sys
-    import time
 
     data = os.urandom(24 * 1024 * KiB)  # 96 parts of 256 KiB
     (tmp_path / "src").mkdir()
@@ -273,23 +275,16 @@ def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tm
         str(tmp_path / "report.json"),
     ]
     proc = subprocess.Popen(
-        [*command, "--bwlimit", "4M"], env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*command, "--bwlimit", "4M"],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
-    def recorded() -> int:
-        try:
-            (path,) = state.glob("transfers/*.sqlite")  # one shard: one state file, once the run made it
-            with sqlite3.connect(path) as conn:
-                return conn.execute("SELECT count(*) FROM parts").fetchone()[0]
-        except (ValueError, sqlite3.Error):
-            return 0
-
-    deadline = time.monotonic() + 60
-    while recorded() < 20 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before = recorded()
+    err, took = signal_mid_copy(proc, state, 20, sig)
+    assert took < 15, "it must stop within seconds"
+    done_before = parts_recorded(state)
     assert 20 <= done_before < 96
     (state_file,) = state.glob("transfers/*.sqlite")
     with sqlite3.connect(state_file) as conn:
@@ -299,8 +294,15 @@ def test_kill_9_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, tm
         len(page.get("Parts", []))
         for page in client.get_paginator("list_parts").paginate(Bucket=bucket, Key="p/ckpt.bin", UploadId=upload_id)
     )
-    # Parts the server holds but the ledger never recorded were in flight when the process died.
-    assert 0 <= on_server - done_before <= threads
+    if sig == signal.SIGKILL:
+        # Parts the server holds but the state never recorded were in flight when the process died.
+        assert proc.returncode == -signal.SIGKILL and 0 <= on_server - done_before <= threads
+    else:
+        # Stopped, not killed: the parts in flight finished and were recorded; nothing was rolled back.
+        assert proc.returncode == 128 + sig and on_server == done_before, err
+        name = signal.Signals(sig).name
+        assert f"ferry: interrupted by {name}; what was verified is kept: run the same command again" in err, err
+        assert "Traceback" not in err
 
     rerun = subprocess.run(command, env=os.environ.copy(), capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr

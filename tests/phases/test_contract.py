@@ -17,7 +17,7 @@ from ferry.audit import AuditFolder
 from ferry.phase_registry import phase_names, register, unregister
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.results import CheckResult, Status
-from tests.cli_runner import run_cli
+from tests.support import run_cli
 
 
 class StampSettings(Settings):
@@ -150,7 +150,7 @@ def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, p
     runlog.close()
 
     code, out, _ = run_cli("status", str(plan))
-    assert code == 0 and "rolled_back" in next(line for line in out.splitlines() if "stamp " in line)
+    assert code == 0 and "rolled back" in next(line for line in out.splitlines() if "stamp " in line)
     code, out, err = run_cli("rollback", str(plan), "--phase", "stamp", "--dry-run")
     assert code == 0 and f"rollback of stamp, run {first['run_id']}: remove 2 stamp file(s)" in out, err
     assert f"remove {stamps / 'a'}" in out and sorted(p.name for p in stamps.iterdir()) == ["a", "b"]

@@ -1,4 +1,4 @@
-"""`ferry run`, `ferry status` and `ferry rollback` as a user types them, against the real Prefect server.
+"""`ferry run`, `status`, `rollback`, `ui`, `serve` and `deploy` as a user types them, against a real Prefect server.
 
 Each command is its own process, as in a shell (Prefect binds its log handlers to the streams a
 process starts with).
@@ -6,20 +6,19 @@ process starts with).
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
-from tests.flows.test_pipeline import write_plan
+import pytest
 
-FERRY = str(Path(sys.executable).with_name("ferry"))
-
-
-def run_cli(api: str, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "PREFECT_API_URL": api, "COLUMNS": "200"}
-    done = subprocess.run([FERRY, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
-    return done.returncode, done.stdout, done.stderr
+from tests.support import FERRY, parts_recorded, run_ferry, signal_mid_copy, write_plan
 
 
 def files(root) -> list[str]:
@@ -28,29 +27,29 @@ def files(root) -> list[str]:
 
 def test_run_status_rollback(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "cli-flow")
-    code, out, err = run_cli(prefect_api, "run", str(plan))
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
     assert code == 0, err
     assert "data_sync PASS" in out and "audit folder" in out
     assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
 
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
     assert code == 0 and "committed" in out and "unchanged" in out
 
     # Not on a terminal: nothing happens without --yes; --dry-run lists what would go.
-    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync")
+    code, _, err = run_ferry("rollback", str(plan), "--phase", "data_sync", api=prefect_api)
     assert code == 2 and "add --yes to confirm" in err
-    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--dry-run")
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--dry-run", api=prefect_api)
     assert code == 0, err
     assert "delete 3 object(s) it created" in out and "  delete a/one.bin" in out and "nothing was changed" in out
     assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
-    code, out, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--yes")
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--yes", api=prefect_api)
     assert code == 0, err
     assert "deleted 3 object(s)" in out
     assert files(tmp_path / "dst") == []
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
-    assert "rolled_back" in out
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "rolled back" in out
 
-    code, _, err = run_cli(prefect_api, "rollback", str(plan), "--phase", "data_sync", "--yes")
+    code, _, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--yes", api=prefect_api)
     assert code == 2 and "no committed run to roll back" in err
 
 
@@ -58,26 +57,27 @@ def test_failed_gate_exits_1_and_status_shows_it(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "cli-gate-fails", allow_extra=False)
     (tmp_path / "dst" / "b").mkdir(parents=True)
     (tmp_path / "dst" / "b" / "stray.bin").write_bytes(b"x")
-    code, out, err = run_cli(prefect_api, "run", str(plan))
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
     assert code == 1
     assert "gate failed" in err and "FAIL" in out
-    code, out, _ = run_cli(prefect_api, "status", str(plan))
-    assert "rolled_back" in out
+    # The gate names the key behind its count, for the operator to look at.
+    audit = Path(out.split("audit folder: ")[1].split()[0])
+    assert "- extra_in_target: b/stray.bin" in (audit / "data_sync" / "gate.md").read_text()
+    assert "extra_in_target: b/stray.bin" in json.dumps(json.loads((audit / "data_sync" / "gate.json").read_text()))
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "rolled back" in out
 
 
 def test_bad_plan_runs_nothing(prefect_api, tmp_path) -> None:
     plan = tmp_path / "migration.yaml"
     plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {images: {}}\n")
-    code, _, err = run_cli(prefect_api, "run", str(plan))
+    code, _, err = run_ferry("run", str(plan), api=prefect_api)
     assert code == 2 and "phase 'images' is not available" in err
     assert not (tmp_path / ".ferry").exists()
 
 
-def test_ferry_ui_starts_a_local_server_and_prints_its_url(tmp_path) -> None:
-    import signal
-    import time
-    import urllib.request
-
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ferry_ui_starts_a_local_server_and_stops_it_with_itself(tmp_path, sig) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # its own database
     proc = subprocess.Popen([FERRY, "ui", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True)
@@ -90,12 +90,12 @@ def test_ferry_ui_starts_a_local_server_and_prints_its_url(tmp_path) -> None:
             assert response.status == 200
         with urllib.request.urlopen(url, timeout=5) as response:
             assert b"<html" in response.read().lower()
+        proc.send_signal(sig)  # Ctrl-C, or a service manager's stop
+        assert proc.wait(timeout=60) == 0
     finally:
-        proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert proc.returncode is not None, "ferry ui did not stop on Ctrl-C"
+        proc.kill()
+    with pytest.raises(OSError):  # nothing listens there any more: the server went with ferry ui
+        urllib.request.urlopen(f"{url}/api/health", timeout=2)
 
 
 def test_ferry_serve_runs_the_plan_when_its_cron_fires(prefect_api, tmp_path) -> None:
@@ -144,7 +144,7 @@ def test_ferry_deploy_registers_for_a_work_pool_and_a_worker_runs_it(prefect_api
     from prefect.client.orchestration import get_client
 
     plan = write_plan(tmp_path, "pooled", extra='schedule: "30 3 * * *"')
-    code, out, err = run_cli(prefect_api, "deploy", str(plan), "--pool", "ferry-test-pool")
+    code, out, err = run_ferry("deploy", str(plan), "--pool", "ferry-test-pool", api=prefect_api)
     assert code == 0, err
     assert "deployment migrate/pooled" in out and "in work pool ferry-test-pool, on '30 3 * * *'" in out
     with get_client(sync_client=True) as client:
@@ -175,12 +175,86 @@ def test_ferry_deploy_needs_a_server_and_a_process_pool(prefect_api, tmp_path) -
     from prefect.client.schemas.actions import WorkPoolCreate
 
     plan = write_plan(tmp_path, "pooled-wrong")
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    done = subprocess.run(
-        [FERRY, "deploy", str(plan), "--pool", "p"], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 2 and "deploy needs the Prefect server" in done.stderr
+    code, _, err = run_ferry("deploy", str(plan), "--pool", "p")
+    assert code == 2 and "deploy needs the Prefect server" in err
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="ferry-k8s-pool", type="kubernetes"))
-    code, _, err = run_cli(prefect_api, "deploy", str(plan), "--pool", "ferry-k8s-pool")
+    code, _, err = run_ferry("deploy", str(plan), "--pool", "ferry-k8s-pool", api=prefect_api)
     assert code == 2 and "'ferry-k8s-pool' is a kubernetes pool" in err
+
+
+def test_a_waiting_approval_shows_its_command_and_a_timeout_is_one_line(prefect_api, tmp_path) -> None:
+    plan = write_plan(tmp_path, "approval-visible", extra="approve_before: [data_sync]")
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    run = subprocess.Popen(
+        [FERRY, "run", str(plan), "--approval-timeout", "20"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            # At 80 columns, as a small terminal: the run id is never cut.
+            code, out, _ = run_ferry("status", str(plan), api=prefect_api, env={"COLUMNS": "80"})
+            row = next((line for line in out.splitlines() if line.startswith("│ data_sync")), "")
+            if "waiting for" in row:
+                break
+            time.sleep(1)
+        run_id = re.search(r"migration-\d{8}-\d{6}-\d{3}", row)
+        assert run_id, out
+        _, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 1
+    assert f"To approve: ferry approve {run_id.group(0)}" in err and "will copy 3 object(s)" in err
+    ours = [line for line in err.splitlines() if line.startswith("ferry: ")]
+    assert ours == [
+        f"ferry: failed: run {run_id.group(0)}: approval for data_sync timed out after 20 s; nothing was changed"
+    ]
+    assert "Traceback" not in err and not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_keeps_what_it_copied_and_the_rerun_resumes(prefect_api, moto_env, tmp_path, sig) -> None:
+    data = os.urandom(24 << 20)  # 96 parts of 256 KiB, at 4 MB/s: mid-phase for seconds
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "small.bin").write_bytes(b"small")
+    (tmp_path / "src" / "ckpt.bin").write_bytes(data)
+    bucket = f"interrupt-{int(sig)}"
+    moto_env.client("s3").create_bucket(Bucket=bucket)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        f"name: interrupted-{int(sig)}\nsource: {{storage: ./src}}\ntarget: {{storage: 'moto://{bucket}/p'}}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
+        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
+        "retries: {attempts: 0, delay_s: 0}\n"
+    )
+
+    state = tmp_path / ".ferry" / "state"
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    run = subprocess.Popen(
+        [FERRY, "run", str(plan)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    err, took = signal_mid_copy(run, state, 10, sig)
+    assert run.returncode == 128 + sig, err
+    assert took < 60
+    name = signal.Signals(sig).name
+    assert f"ferry: interrupted by {name}; what was verified is kept: run the same command again" in err
+    assert "Traceback" not in err
+    kept = parts_recorded(state)
+    assert 10 <= kept < 96
+    # Nothing was rolled back: the small object copied before the interrupt is still there.
+    listed = moto_env.client("s3").list_objects_v2(Bucket=bucket, Prefix="p/").get("Contents", [])
+    assert [o["Key"] for o in listed] == ["p/a/small.bin"]
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "interrupted" in next(line for line in out.splitlines() if line.startswith("│ data_sync")), out
+
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
+    assert code == 0 and "data_sync PASS" in out, err
+    audit = Path(out.split("audit folder: ")[1].split()[0])
+    summary = json.loads((audit / "data_sync" / "sync-all.json").read_text())["summary"]
+    # Only the parts that were not recorded are sent again.
+    assert summary["multipart"] == {"resumed_uploads": 1, "parts_resumed": kept}
+    assert summary["bytes"]["read_through_ferry"] == len(data) - kept * (256 << 10)

@@ -8,7 +8,7 @@ import threading
 from checks.preflight import check_cluster, check_registry, preflight
 from ferry.plan import load_plan
 from ferry.results import Status
-from tests.servers import free_port
+from tests.support import free_port
 
 PLAN = """\
 name: preflight

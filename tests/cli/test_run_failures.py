@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from tests.flows.test_cli_pipeline import run_cli
-from tests.flows.test_pipeline import write_plan
+from tests.support import run_ferry, write_plan
 
 
 def _gate_fails(root):
@@ -41,7 +40,7 @@ FAILURES = [
 
 @pytest.mark.parametrize(("setup", "line"), [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
 def test_a_failed_run_is_one_line_per_cause(prefect_api, tmp_path, setup, line) -> None:
-    code, _, err = run_cli(prefect_api, "run", str(setup(tmp_path)))
+    code, _, err = run_ferry("run", str(setup(tmp_path)), api=prefect_api)
     assert code == 1, err
     assert "Traceback" not in err and 'File "' not in err, err
     ours = [entry for entry in err.splitlines() if entry.startswith("ferry: ")]
@@ -53,7 +52,7 @@ def test_a_failed_run_is_one_line_per_cause(prefect_api, tmp_path, setup, line) 
 
 
 def test_a_phase_the_plan_lacks_is_a_usage_error(prefect_api, tmp_path) -> None:
-    code, _, err = run_cli(prefect_api, "run", str(write_plan(tmp_path, "terminal-only")), "--only", "teleport")
+    code, _, err = run_ferry("run", str(write_plan(tmp_path, "terminal-only")), "--only", "teleport", api=prefect_api)
     assert code == 2, err
     assert "Traceback" not in err
     ours = [entry for entry in err.splitlines() if entry.startswith("ferry: ")]

@@ -1,7 +1,15 @@
-"""Real local servers for tests and benchmarks: moto's S3 server and Azurite, on free loopback ports."""
+"""What the tests share: real local servers (moto S3, Azurite, a registry) on free loopback ports, stopped by
+PID, and the two ways to run `ferry`: in this process (run_cli) and as its own process, as a shell does
+(run_ferry). The benchmark and the demo start their servers from here too.
+
+run_cli captures by redirecting sys.stdout and sys.stderr for the call alone, not with pytest's capsys:
+Prefect's console handler keeps the stream it first sees, and capsys's is closed after its test.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import signal
@@ -14,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+FERRY = str(Path(sys.executable).with_name("ferry"))
 # Azurite's well-known development account (public, documented by Microsoft; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -156,3 +165,90 @@ def start_registry() -> Server:
     )
     _wait_port(port, proc, "docker-registry")
     return Server(proc=proc, port=port, workdir=workdir)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `ferry ARGS...` run in this process (it sees phases registered here)."""
+    import pytest
+
+    from ferry import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.argv
+    sys.argv = ["ferry", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+            cli.run()
+    finally:
+        sys.argv = old
+    return exited.value.code, out.getvalue(), err.getvalue()
+
+
+def run_ferry(
+    *args: str, api: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the installed `ferry ARGS...` as its own process, as a shell runs it.
+
+    api: the Prefect server it reports to (else none: commands that need one say so). A wide terminal,
+    so that tables are not cut.
+    """
+    environ = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "FERRY_DEBUG")}
+    environ.update({"COLUMNS": "200", **(env or {})})
+    if api:
+        environ["PREFECT_API_URL"] = api
+    done = subprocess.run(
+        [FERRY, *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=300, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+# A small migration of a local tree in two shards, for the pipeline and CLI tests.
+PIPELINE_PLAN = """\
+name: {name}
+source:
+  storage: ./src
+target:
+  profile: meta-compute
+  storage: ./dst
+phases:
+  data_sync:
+    threads: 8
+    shards: [a/, b/]
+gates:
+  data_sync: {{allow_extra: {allow_extra}}}
+retries: {{attempts: 1, delay_s: 0}}
+{extra}
+"""
+
+
+def write_plan(root: Path, name: str, allow_extra: bool = True, extra: str = "") -> Path:
+    for key, data in {"a/one.bin": b"1" * 1000, "a/two.bin": b"22", "b/three.bin": b"333" * 100}.items():
+        path = root / "src" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    plan = root / "migration.yaml"
+    plan.write_text(PIPELINE_PLAN.format(name=name, allow_extra=str(allow_extra).lower(), extra=extra))
+    return plan
+
+
+def parts_recorded(state_dir: Path) -> int:
+    """Multipart parts the transfer state of the one shard under state_dir has recorded (0 before it exists)."""
+    import sqlite3
+
+    try:
+        (path,) = state_dir.glob("transfers/*.sqlite")
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT count(*) FROM parts").fetchone()[0]
+    except (ValueError, sqlite3.Error):
+        return 0
+
+
+def signal_mid_copy(proc: subprocess.Popen, state_dir: Path, parts: int, sig: int) -> tuple[str, float]:
+    """Send sig to proc once its transfer state has recorded parts parts; (its stderr, seconds it took to stop)."""
+    deadline = time.monotonic() + 120
+    while parts_recorded(state_dir) < parts and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    return err or "", time.monotonic() - sent

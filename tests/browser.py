@@ -13,7 +13,7 @@ from pathlib import Path
 
 from websockets.sync.client import connect
 
-from tests.servers import free_port
+from tests.support import free_port
 
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
