@@ -3,9 +3,9 @@ re-send at most the parts that were in flight when it died.
 
     python -m bench.resume [--threads 128] [--seed N] [--quick]
 
-The first run is killed once the ledger has recorded a random share (10-90%) of the parts. Then:
-parts the server holds but the ledger never recorded were in flight (their answers never came back);
-the rerun resumes the same upload, and its report says how many parts it took from the ledger.
+The first run is killed once the transfer state has recorded a random share (10-90%) of the parts. Then:
+parts the server holds but the state never recorded were in flight (their answers never came back);
+the rerun resumes the same upload, and its report says how many parts it took from the state.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def main() -> int:
         second.returncode == 0 and report["gate"]["status"] == "PASS" and resumed == recorded and resent <= args.threads
     )
     print(f"resume after kill -9: {data.bytes >> 20} MiB, {total} parts of {PART >> 20} MiB, {args.threads} threads")
-    print(f"  killed with {recorded} parts recorded in the ledger, {held} held by the server")
+    print(f"  killed with {recorded} parts recorded in the transfer state, {held} held by the server")
     print(
-        f"  rerun: rc {second.returncode}, {wall:.2f} s, took {resumed} parts from the ledger, "
+        f"  rerun: rc {second.returncode}, {wall:.2f} s, took {resumed} parts from the transfer state, "
         f"re-sent {resent} part(s) that were in flight, gate {report['gate']['status']}"
     )
     print(

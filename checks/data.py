@@ -1,9 +1,9 @@
 """The data gate: does the target hold every selected source object, byte for byte?
 
-Listings of both sides are merge-joined with the ledger. An object the ledger recorded as
+Listings of both sides are merge-joined with the transfer state. An object it recorded as
 verified, whose source and target are still exactly what they were then (same signatures), is
 counted verified without reading it; an object changed on either side since is a FAIL. Objects
-the ledger does not know are compared by stored checksums, or by reading both when a side
+the state does not know are compared by stored checksums, or by reading both when a side
 stores none. `deep=True` re-reads every target object and compares its checksum.
 """
 
@@ -77,7 +77,7 @@ class DataTally:
         """Count one action of a sync that copied, deleted and failed nothing.
 
         Then the diff's own listing is the target's state: a SKIP of an object both sides hold
-        means the ledger's verified record matched both signatures, and a COMPARE found the
+        means the state's verified record matched both signatures, and a COMPARE found the
         stored (or, with --checksum, re-read) checksums equal.
         """
         if action.kind == COPY:
@@ -142,7 +142,7 @@ def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
 def _by_ledger(
     src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None, deep: bool
 ) -> tuple[str, str, str] | None:
-    """The outcome the ledger's record gives an equal-sized pair without a request, or None if it takes
+    """The outcome the state's record gives an equal-sized pair without a request, or None if it takes
     requests: no record, or (deep) a verified pair that must be re-read."""
     if record is None or record.size != src.size:
         return None
@@ -164,7 +164,7 @@ def _compare(
 ) -> tuple[str, str, str]:
     """One object both sides hold with equal sizes that needs requests to settle: (outcome, key, detail).
 
-    A pair the ledger verified gets here only with deep=True, to be re-read.
+    A pair the state verified gets here only with deep=True, to be re-read.
     """
     key = src.key
     try:

@@ -161,7 +161,7 @@ def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[Check
 
 
 def check_state_dir_writable(path: Path) -> CheckResult:
-    """The ledger's directory can be created and written."""
+    """The state directory (run log, transfer state) can be created and written."""
     name = "preflight.state_dir_writable"
     probe = path / f".ferry-probe-{secrets.token_hex(4)}"
     try:

@@ -94,7 +94,7 @@ class Connector(abc.ABC):
     capabilities: Capabilities = Capabilities()
 
     def __init__(self, url: str):
-        # The name used in every message, report and ledger key: never with a password in it.
+        # The name used in every message, report and state key: never with a password in it.
         self.url = redact_url(url)
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """Any fsspec filesystem (gcs, sftp, memory, ...): the generic connector for every other protocol.
 
 fsspec has no portable object metadata, so this connector keeps no checksum with the object;
-the engine verifies by size and the ledger. Multipart uploads stage each part as a hidden file
+the engine verifies by size and the transfer state. Multipart uploads stage each part as a hidden file
 and concatenate them on completion, so a killed run resumes with the parts already staged.
 """
 

@@ -146,7 +146,7 @@ class DataSyncPhase(Phase):
             f"copy what is missing or different from {self.loaded.storage('source')} to "
             f"{self.loaded.storage('target')} ({sync.threads} threads; shards: {shards}; delete extraneous: "
             f"{'yes' if sync.delete else 'no'}), then the data gate "
-            f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, ledger'})"
+            f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, transfer state'})"
         )
 
     def changes(self) -> Changes:

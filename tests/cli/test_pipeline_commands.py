@@ -258,3 +258,13 @@ def test_an_interrupted_run_keeps_what_it_copied_and_the_rerun_resumes(prefect_a
     # Only the parts that were not recorded are sent again.
     assert summary["multipart"] == {"resumed_uploads": 1, "parts_resumed": kept}
     assert summary["bytes"]["read_through_ferry"] == len(data) - kept * (256 << 10)
+
+
+def test_plan_show_exits_1_when_a_preflight_check_fails(tmp_path) -> None:
+    plan = write_plan(tmp_path, "show-fails")
+    code, out, err = run_ferry("plan", "show", str(plan))
+    assert code == 0 and "FAIL" not in out, err
+    plan.write_text(plan.read_text().replace("storage: ./src", "storage: ./no-such-src"))
+    code, out, err = run_ferry("plan", "show", str(plan))
+    assert code == 1 and "preflight.source_storage_access" in out and "FAIL" in out
+    assert "Traceback" not in out + err
