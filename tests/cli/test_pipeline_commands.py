@@ -268,3 +268,67 @@ def test_plan_show_exits_1_when_a_preflight_check_fails(tmp_path) -> None:
     code, out, err = run_ferry("plan", "show", str(plan))
     assert code == 1 and "preflight.source_storage_access" in out and "FAIL" in out
     assert "Traceback" not in out + err
+
+
+def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp_path) -> None:
+    """A served run cancelled through the API (as the UI's Cancel button does) keeps what it copied."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Cancelling
+
+    from ferry.runlog import RunLog
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "small.bin").write_bytes(b"small")
+    (tmp_path / "src" / "ckpt.bin").write_bytes(os.urandom(24 << 20))
+    moto_env.client("s3").create_bucket(Bucket="cancelled")
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: cancelled\nsource: {storage: ./src}\ntarget: {storage: 'moto://cancelled/p'}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
+        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
+        "retries: {attempts: 0, delay_s: 0}\nschedule: '0 0 1 1 *'\n"
+    )
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    log = (tmp_path / "serve.log").open("w")
+    serve = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline, deployment = time.monotonic() + 60, None
+        while deployment is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            with get_client(sync_client=True) as client:
+                try:
+                    deployment = client.read_deployment_by_name("migrate/cancelled")
+                except Exception:  # noqa: BLE001 - not registered yet
+                    deployment = None
+        assert deployment is not None, "ferry serve registered no deployment"
+        with get_client(sync_client=True) as client:
+            flow_run = client.create_flow_run_from_deployment(deployment.id)
+        deadline = time.monotonic() + 120
+        while parts_recorded(tmp_path / ".ferry" / "state") < 10 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert parts_recorded(tmp_path / ".ferry" / "state") >= 10, (tmp_path / "serve.log").read_text()[-3000:]
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
+        deadline, final = time.monotonic() + 120, None
+        while final is None and time.monotonic() < deadline:
+            time.sleep(1)
+            with get_client(sync_client=True) as client:
+                (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+            final = run if run.state is not None and run.state.is_final() else None
+        assert final is not None and final.state.is_cancelled(), final
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=30)
+        log.close()
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    try:
+        assert runlog.phase("cancelled", "data_sync").status == "interrupted", (tmp_path / "serve.log").read_text()[
+            -3000:
+        ]
+    finally:
+        runlog.close()
+    # Nothing was rolled back.
+    listed = moto_env.client("s3").list_objects_v2(Bucket="cancelled", Prefix="p/").get("Contents", [])
+    assert [o["Key"] for o in listed] == ["p/a/small.bin"]
+    assert parts_recorded(tmp_path / ".ferry" / "state") >= 10
