@@ -7,9 +7,9 @@ mismatch policies), route (how bytes travel), state (one shard's durable record)
 """
 
 from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, merge_join
-from connectors.transfer.engine import Transfer, abort_incomplete, effective_threads
+from connectors.transfer.engine import Transfer, abort_incomplete
 from connectors.transfer.retry import hash_object, listing, retrying
-from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
 from connectors.transfer.state import ObjectRecord, TransferState
 from connectors.transfer.stats import LatencyHistogram, Stats
 

@@ -24,18 +24,12 @@ from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff
 from connectors.transfer.retry import Recopy, hash_object, listing, retrying
 from connectors.transfer.route import Route, Upload
 from connectors.transfer.scheduler import Parts, Scheduler, Slot
-from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
 from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
 from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
 
 log = structlog.get_logger("ferry.transfer")
-
-
-def effective_threads(threads: int, source: Connector, target: Connector) -> int:
-    """The pool size: as asked, unless neither end is a network store that could use that many."""
-    limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
-    return min(threads, max(limits)) if len(limits) == 2 else threads
 
 
 class LargeJob:

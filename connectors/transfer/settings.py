@@ -61,3 +61,9 @@ def part_size_for(size: int, settings: TransferSettings, target: Connector) -> i
     if chosen > caps.max_part_size:
         raise PermanentError(f"object of {size} bytes needs parts above {caps.max_part_size} bytes", code="TooLarge")
     return chosen
+
+
+def effective_threads(threads: int, source: Connector, target: Connector) -> int:
+    """The pool size: as asked, unless neither end is a network store that could use that many."""
+    limits = [limit for c in (source, target) if (limit := c.capabilities.useful_threads) is not None]
+    return min(threads, max(limits)) if len(limits) == 2 else threads
