@@ -254,19 +254,23 @@ def _print_status(loaded) -> None:
     for column in ("gate", "inputs"):
         table.add_column(column)
     table.add_column("run", no_wrap=True, min_width=max((len(p.run_id) for p in recorded.values()), default=3))
-    table.add_column("detail", overflow="fold")
+    # Details are sentences: each on its own line below the table, where nothing folds them.
+    details: list[str] = []
     for phase in names:
         rec = recorded.get(phase)
         if rec is None:
-            table.add_row(phase, "not run", "", "", "", "")
+            table.add_row(phase, "not run", "", "", "")
             continue
         inputs = "unchanged" if rec.input_hash == open_phase(loaded, phase).input_hash() else "changed since"
-        gate = rec.detail if rec.status in ("committed", "unchanged") else ""
-        detail = "" if rec.status in ("committed", "unchanged") else rec.detail
+        settled = rec.status in ("committed", "unchanged")
+        table.add_row(phase, rec.status.replace("_", " "), rec.detail if settled else "", inputs, rec.run_id)
+        if not settled:
+            details.append(f"{phase}: {rec.detail}")
         if rec.status != "committed" and live.get(phase):
-            detail += f" (the target still holds committed run {live[phase][0]})"
-        table.add_row(phase, rec.status.replace("_", " "), gate, inputs, rec.run_id, detail)
+            details.append(f"{phase}: the target still holds committed run {live[phase][0]}")
     out.print(table)
+    for line in details:
+        out.print(line, markup=False, highlight=False)
     for run_record in runs:
         out.print(
             f"run {run_record.run_id}: {run_record.status}; audit folder {run_record.audit_dir}",

@@ -64,7 +64,7 @@ def test_second_phase_fails_its_gate_first_stays_and_a_fixed_rerun_resumes(prefe
     assert code == 0
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
     assert "committed" in rows["iam"] and "WARN" in rows["iam"]
-    assert "rolled back" in rows["data_sync"] and "gate failed" in rows["data_sync"]
+    assert "rolled back" in rows["data_sync"] and "data_sync: data_sync: gate failed" in out
 
     stray.unlink()  # the cause, fixed
     outcome = migrate(plan_path=str(plan))
