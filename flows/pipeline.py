@@ -122,8 +122,9 @@ def migrate(
                 log.info("nothing changed: no commit recorded")
                 runlog.set_phase(plan.name, phase, digest, "unchanged", run_id, outcomes[phase])
         runlog.end_run(run_id, "completed")
-    except Interrupted as exc:
-        runlog.end_run(run_id, "interrupted", str(exc))
+    except (Interrupted, KeyboardInterrupt, TerminationSignal) as exc:
+        # Also between phases (preflight, an approval wait): nothing is rolled back, the same command resumes.
+        runlog.end_run(run_id, "interrupted", str(exc) or type(exc).__name__)
         raise
     except BaseException as exc:
         runlog.end_run(run_id, "failed", str(exc))

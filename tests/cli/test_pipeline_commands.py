@@ -332,3 +332,30 @@ def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp
     listed = moto_env.client("s3").list_objects_v2(Bucket="cancelled", Prefix="p/").get("Contents", [])
     assert [o["Key"] for o in listed] == ["p/a/small.bin"]
     assert parts_recorded(tmp_path / ".ferry" / "state") >= 10
+
+
+def test_ctrl_c_during_an_approval_wait_is_an_interrupt(prefect_api, tmp_path) -> None:
+    plan = write_plan(tmp_path, "approval-interrupted", extra="approve_before: [data_sync]")
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    run = subprocess.Popen(
+        [FERRY, "run", str(plan), "--approval-timeout", "120"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            _, out, _ = run_ferry("status", str(plan), api=prefect_api)
+            if "waiting for approval" in out:
+                break
+            time.sleep(1)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    _, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert re.search(r"run migration-\S+: interrupted", out), out
+    assert not (tmp_path / "dst").exists()
