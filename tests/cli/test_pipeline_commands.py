@@ -25,6 +25,59 @@ def files(root) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
+def wait_for_deployment(name: str):
+    """The deployment `ferry serve` registers under name, once it has (None after 60 s)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        with get_client(sync_client=True) as client:
+            try:
+                return client.read_deployment_by_name(name)
+            except Exception:  # noqa: BLE001 - not registered yet
+                continue
+    return None
+
+
+def slow_copy_plan(root: Path, name: str, moto_env, extra: str = "") -> Path:
+    """A plan copying a small object, then a 24 MiB one in 96 parts at 4 MB/s, to a fresh moto bucket `name`."""
+    (root / "src" / "a").mkdir(parents=True)
+    (root / "src" / "a" / "small.bin").write_bytes(b"small")
+    (root / "src" / "ckpt.bin").write_bytes(os.urandom(24 << 20))
+    moto_env.client("s3").create_bucket(Bucket=name)
+    plan = root / "migration.yaml"
+    plan.write_text(
+        f"name: {name}\nsource: {{storage: ./src}}\ntarget: {{storage: 'moto://{name}/p'}}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
+        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
+        "retries: {attempts: 0, delay_s: 0}\n" + extra
+    )
+    return plan
+
+
+def run_until_approval_waits(plan: Path, api: str, timeout_s: int) -> tuple[subprocess.Popen, str]:
+    """`ferry run` of a plan that needs an approval, once `ferry status` at 80 columns shows its data_sync row
+    waiting (the process, and that row; "" if it never did within 60 s)."""
+    env = {**os.environ, "PREFECT_API_URL": api}
+    run = subprocess.Popen(
+        [FERRY, "run", str(plan), "--approval-timeout", str(timeout_s)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # At 80 columns, as a small terminal: the run id is never cut.
+        _, out, _ = run_ferry("status", str(plan), api=api, env={"COLUMNS": "80"})
+        row = next((line for line in out.splitlines() if line.startswith("│ data_sync")), "")
+        if "waiting for approval" in row:
+            return run, row
+        time.sleep(1)
+    return run, ""
+
+
 def test_run_status_rollback(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "cli-flow")
     code, out, err = run_ferry("run", str(plan), api=prefect_api)
@@ -111,14 +164,7 @@ def test_ferry_serve_runs_the_plan_when_its_cron_fires(prefect_api, tmp_path) ->
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline, deployment = time.monotonic() + 60, None
-        while deployment is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            with get_client(sync_client=True) as client:
-                try:
-                    deployment = client.read_deployment_by_name("migrate/every-minute")
-                except Exception:  # noqa: BLE001 - not registered yet
-                    deployment = None
+        deployment = wait_for_deployment("migrate/every-minute")
         assert deployment is not None, "ferry serve registered no deployment"
         assert [s.schedule.cron for s in deployment.schedules] == ["* * * * *"]
         assert deployment.parameters["plan_path"] == str(plan.resolve())
@@ -185,25 +231,10 @@ def test_ferry_deploy_needs_a_server_and_a_process_pool(prefect_api, tmp_path) -
 
 def test_a_waiting_approval_shows_its_command_and_a_timeout_is_one_line(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "approval-visible", extra="approve_before: [data_sync]")
-    env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    run = subprocess.Popen(
-        [FERRY, "run", str(plan), "--approval-timeout", "20"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run, row = run_until_approval_waits(plan, prefect_api, 20)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            # At 80 columns, as a small terminal: the run id is never cut.
-            code, out, _ = run_ferry("status", str(plan), api=prefect_api, env={"COLUMNS": "80"})
-            row = next((line for line in out.splitlines() if line.startswith("│ data_sync")), "")
-            if "waiting for" in row:
-                break
-            time.sleep(1)
         run_id = re.search(r"migration-\d{8}-\d{6}-\d{3}", row)
-        assert run_id, out
+        assert run_id, row
         _, err = run.communicate(timeout=120)
     finally:
         run.kill()
@@ -218,20 +249,9 @@ def test_a_waiting_approval_shows_its_command_and_a_timeout_is_one_line(prefect_
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_keeps_what_it_copied_and_the_rerun_resumes(prefect_api, moto_env, tmp_path, sig) -> None:
-    data = os.urandom(24 << 20)  # 96 parts of 256 KiB, at 4 MB/s: mid-phase for seconds
-    (tmp_path / "src" / "a").mkdir(parents=True)
-    (tmp_path / "src" / "a" / "small.bin").write_bytes(b"small")
-    (tmp_path / "src" / "ckpt.bin").write_bytes(data)
-    bucket = f"interrupt-{int(sig)}"
-    moto_env.client("s3").create_bucket(Bucket=bucket)
-    plan = tmp_path / "migration.yaml"
-    plan.write_text(
-        f"name: interrupted-{int(sig)}\nsource: {{storage: ./src}}\ntarget: {{storage: 'moto://{bucket}/p'}}\n"
-        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
-        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
-        "retries: {attempts: 0, delay_s: 0}\n"
-    )
-
+    bucket = f"interrupted-{int(sig)}"
+    plan = slow_copy_plan(tmp_path, bucket, moto_env)  # mid-phase for seconds
+    size = (tmp_path / "src" / "ckpt.bin").stat().st_size
     state = tmp_path / ".ferry" / "state"
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
     run = subprocess.Popen(
@@ -257,7 +277,7 @@ def test_an_interrupted_run_keeps_what_it_copied_and_the_rerun_resumes(prefect_a
     summary = json.loads((audit / "data_sync" / "sync-all.json").read_text())["summary"]
     # Only the parts that were not recorded are sent again.
     assert summary["multipart"] == {"resumed_uploads": 1, "parts_resumed": kept}
-    assert summary["bytes"]["read_through_ferry"] == len(data) - kept * (256 << 10)
+    assert summary["bytes"]["read_through_ferry"] == size - kept * (256 << 10)
 
 
 def test_plan_show_exits_1_when_a_preflight_check_fails(tmp_path) -> None:
@@ -278,29 +298,12 @@ def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp
 
     from ferry.runlog import RunLog
 
-    (tmp_path / "src" / "a").mkdir(parents=True)
-    (tmp_path / "src" / "a" / "small.bin").write_bytes(b"small")
-    (tmp_path / "src" / "ckpt.bin").write_bytes(os.urandom(24 << 20))
-    moto_env.client("s3").create_bucket(Bucket="cancelled")
-    plan = tmp_path / "migration.yaml"
-    plan.write_text(
-        "name: cancelled\nsource: {storage: ./src}\ntarget: {storage: 'moto://cancelled/p'}\n"
-        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
-        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
-        "retries: {attempts: 0, delay_s: 0}\nschedule: '0 0 1 1 *'\n"
-    )
+    plan = slow_copy_plan(tmp_path, "cancelled", moto_env, extra="schedule: '0 0 1 1 *'\n")
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline, deployment = time.monotonic() + 60, None
-        while deployment is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            with get_client(sync_client=True) as client:
-                try:
-                    deployment = client.read_deployment_by_name("migrate/cancelled")
-                except Exception:  # noqa: BLE001 - not registered yet
-                    deployment = None
+        deployment = wait_for_deployment("migrate/cancelled")
         assert deployment is not None, "ferry serve registered no deployment"
         with get_client(sync_client=True) as client:
             flow_run = client.create_flow_run_from_deployment(deployment.id)
@@ -336,21 +339,9 @@ def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp
 
 def test_ctrl_c_during_an_approval_wait_is_an_interrupt(prefect_api, tmp_path) -> None:
     plan = write_plan(tmp_path, "approval-interrupted", extra="approve_before: [data_sync]")
-    env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    run = subprocess.Popen(
-        [FERRY, "run", str(plan), "--approval-timeout", "120"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run, row = run_until_approval_waits(plan, prefect_api, 120)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            _, out, _ = run_ferry("status", str(plan), api=prefect_api)
-            if "waiting for approval" in out:
-                break
-            time.sleep(1)
+        assert row, "the run never waited for approval"
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=60)
     finally:
