@@ -98,7 +98,7 @@ def check_rbac_schema(docs: list[dict], kubernetes_version: str | None) -> Check
             name,
             Status.FAIL,
             measured,
-            evidence=[f"kubernetes-validate has no schemas for Kubernetes {version}: set gates.iam.kubernetes_version"],
+            evidence=[f"kubernetes-validate has no schemas for Kubernetes {version}: set target.kubernetes_version"],
         )
     problems = []
     for doc in docs:

@@ -107,6 +107,9 @@ class SourceSide(Side):
 class TargetSide(Side):
     # A built-in target profile (meta-compute, generic-k8s) or the path of a user's YAML profile.
     profile: str = "generic-k8s"
+    # The target's Kubernetes version, one for the whole plan: its schemas validate what the iam and
+    # manifests phases render (default: the newest kubernetes-validate knows).
+    kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
 
 
 def _sections(kind: str) -> type[BaseModel]:

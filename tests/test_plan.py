@@ -169,6 +169,8 @@ MALFORMED = [
         "phases.iam needs a namespace",
     ),
     ("coverage above 1", swap("gates:\n", "gates:\n  iam: {min_coverage: 2}\n"), ":18:", "gates.iam.min_coverage"),
+    ("iam gate kubernetes_version moved", swap("gates:\n", "gates:\n  iam: {kubernetes_version: \"1.30\"}\n"), ":18:",
+     "target.kubernetes_version"),
     ("unknown phase", swap("phases:\n", "phases:\n  teleport: {}\n"), ":13:", "phases.teleport: unknown field"),
     (
         "no phase",

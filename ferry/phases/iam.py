@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import structlog
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from checks.iam import (
     check_iam_ambiguous,
@@ -58,8 +58,13 @@ class IamGate(Settings):
     max_ambiguous: int = Field(default=0, ge=0)
     # Widened permissions (scope, conditions, denies RBAC cannot express) WARN; false makes them FAIL.
     allow_widening: bool = True
-    # The Kubernetes version whose schemas validate the bindings (default: the newest known).
-    kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "kubernetes_version" in data:
+            raise ValueError("kubernetes_version moved to target.kubernetes_version (one version for the whole plan)")
+        return data
 
 
 def namespace(plan: Plan) -> str | None:
@@ -201,7 +206,7 @@ class IamPhase(Phase):
             check_iam_ambiguous(mapping, gate.max_ambiguous),
             check_iam_widened(mapping, gate.allow_widening),
             check_rbac_bindings(docs, mapping),
-            check_rbac_schema(docs, gate.kubernetes_version),
+            check_rbac_schema(docs, self.loaded.plan.target.kubernetes_version),
         ]
 
     def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:

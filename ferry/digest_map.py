@@ -1,0 +1,66 @@
+"""The digest map: what the images phase published, read by the manifests and go-live phases.
+
+The images phase writes `<state>/images/digests.json` when it commits (atomically: readers see the old
+map or the new one). Each record says which reference the source's manifests use, where that image
+now lives on the target registry, at which digest, and which CUDA toolkit it carries, so that the
+manifests phase pins images by digest and the go-live phase checks each toolkit against the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    # The reference as the source manifests name it, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/trainer:1
+    source: str
+    # The image on the target registry, by tag, e.g. registry.meta.example/ai-training/trainer:2024.06
+    target: str
+    # The manifest (or index) digest the target registry holds, "sha256:..."
+    digest: str
+    # "rebuilt" from a rebased Dockerfile, or "copied" registry to registry.
+    kind: Literal["rebuilt", "copied"]
+    # The CUDA toolkit version in the image ("12.4.1"), None when it carries none or it is unknown.
+    cuda: str | None = None
+
+    @property
+    def pinned(self) -> str:
+        """The target image by digest: repository@sha256:... (the tag dropped)."""
+        return f"{repository(self.target)}@{self.digest}"
+
+
+def repository(reference: str) -> str:
+    """reference without its tag and digest: host[:port]/path."""
+    name = reference.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def path(state_dir: Path) -> Path:
+    return state_dir / "images" / "digests.json"
+
+
+def read(state_dir: Path) -> dict[str, ImageRecord]:
+    """The published map by source reference; empty when the images phase has not committed."""
+    file = path(state_dir)
+    if not file.exists():
+        return {}
+    records = json.loads(file.read_text(encoding="utf-8"))["images"]
+    return {r["source"]: ImageRecord(**r) for r in records}
+
+
+def publish(state_dir: Path, records: list[ImageRecord]) -> Path:
+    """Replace the published map with records, atomically; returns its path."""
+    file = path(state_dir)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    staging = file.with_name(file.name + ".staging")
+    body = {"images": [asdict(r) for r in sorted(records, key=lambda r: r.source)]}
+    staging.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    os.replace(staging, file)
+    return file
