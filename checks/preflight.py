@@ -176,7 +176,7 @@ def check_state_dir_writable(path: Path) -> CheckResult:
 
 def check_iam_sources(exports: list[Path], aws: AwsIamSource | None) -> CheckResult:
     """The IAM export files are readable, and the live IAM API (aws without an export) answers."""
-    from ferry.iam import aws_iam_call
+    from ferry.iam.aws import aws_iam_call
 
     name = "preflight.iam_sources"
     problems, reached = [], []

@@ -60,6 +60,8 @@ def _log_format(value: str) -> str:
 
 plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 app.add_typer(plan_app, name="plan")
+iam_app = typer.Typer(no_args_is_help=True, help="Explain the iam phase's mapping.")
+app.add_typer(iam_app, name="iam")
 
 
 def _print_version(wanted: bool) -> None:
@@ -140,6 +142,17 @@ def plan_show(
         out.print(table)
         if any(result.status == Status.FAIL for result in results):
             raise typer.Exit(1)
+
+
+@iam_app.command("explain")
+def iam_explain(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    principal: Annotated[str, typer.Argument(help="A principal id, e.g. aws:user/alice or ldap:group/ml-admins")],
+) -> None:
+    """One principal's outcome: its level and the grants behind it, or why it has none, and every category."""
+    loaded = load_plan(path)
+    loaded.plan.require_phases("explain", ["iam"])
+    out.print(open_phase(loaded, "iam").mapping().explain(principal).rstrip(), markup=False, highlight=False)
 
 
 def _prefect_env() -> None:

@@ -90,6 +90,11 @@ class IamSources(_Strict):
     aws: AwsIamSource | None = None
     # The JSON of `az role assignment list --all`.
     azure_export: str | None = None
+    # The JSON of `az role definition list --custom-role-only true`: what custom roles allow.
+    azure_role_definitions: str | None = None
+    # A JSON object keyed by group object id or display name, each value what `az ad group member list
+    # --group NAME` prints: the members of the groups the assignments name (nested groups expanded).
+    azure_group_members: str | None = None
     # LDAP groups as LDIF.
     ldif: str | None = None
 
@@ -97,6 +102,8 @@ class IamSources(_Strict):
     def _some(self) -> IamSources:
         if not (self.aws or self.azure_export or self.ldif):
             raise ValueError("name at least one of aws, azure_export, ldif")
+        if (self.azure_role_definitions or self.azure_group_members) and not self.azure_export:
+            raise ValueError("azure_role_definitions and azure_group_members describe azure_export: name it too")
         return self
 
 
