@@ -60,6 +60,8 @@ def _log_format(value: str) -> str:
 
 plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 app.add_typer(plan_app, name="plan")
+golive_app = typer.Typer(no_args_is_help=True, help="Go-live checks that need no plan: CUDA against driver, placement.")
+app.add_typer(golive_app, name="golive")
 
 
 def _print_version(wanted: bool) -> None:
@@ -100,6 +102,46 @@ def plan_validate(
         markup=False,
         highlight=False,
     )
+
+
+@golive_app.command("cuda-check")
+def golive_cuda_check(
+    cuda: Annotated[str, typer.Option(help="The image's CUDA toolkit version, e.g. 12.4.1")],
+    driver: Annotated[str, typer.Option(help="The nodes' NVIDIA driver version, e.g. 550.54.15")],
+) -> None:
+    """One toolkit against one driver by NVIDIA's table: PASS, WARN (minor-version compatibility only) or FAIL."""
+    from ferry.golive.cuda import check
+
+    try:
+        verdict = check(cuda, driver)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out.print(verdict.line(), markup=False, highlight=False, soft_wrap=True)
+    if verdict.status == Status.FAIL:
+        raise typer.Exit(1)
+
+
+@golive_app.command("placement")
+def golive_placement(
+    params: Annotated[str, typer.Option(help="Parameter count: 405e9 or 405B")],
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes the job runs on")],
+    virt_overhead: Annotated[
+        float, typer.Option(min=0.0, help="Iteration slowdown under virtualisation, a fraction (0.14 is 14%)")
+    ],
+    hourly_cost_delta: Annotated[float, typer.Option(help="What that overhead costs, $ per hour")],
+    job_hours: Annotated[float | None, typer.Option(min=0.0, help="The job's length in hours")] = None,
+    long_job_hours: Annotated[float, typer.Option(min=0.0, help="Rule 3 applies to jobs longer than this")] = 72.0,
+) -> None:
+    """Bare metal or managed Kubernetes for one workload: the advice first, then which rule decided and why."""
+    from ferry.golive.placement import Workload, advise, parse_params
+
+    try:
+        count = parse_params(params)
+    except ValueError as exc:
+        raise UsageError(f"--params: {exc}") from None
+    workload = Workload("workload", count, nodes, virt_overhead, hourly_cost_delta, job_hours, long_job_hours)
+    for line in advise(workload).lines():
+        out.print(line, markup=False, highlight=False)
 
 
 @plan_app.command("show")
