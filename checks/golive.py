@@ -34,24 +34,32 @@ def check_latency(result: dict | None, p99_us: float, reason: str = "") -> Check
     return CheckResult(name, status, measured, threshold, evidence)
 
 
-def check_throughput(name: str, gb_per_s: float | None, minimum: float, evidence: list[str]) -> CheckResult:
-    """A measured GB/s (10^9 bytes/s) against its minimum; SKIP (with the evidence saying why) when None."""
+def check_throughput(
+    name: str, gb_per_s: float | None, minimum: float, evidence: list[str], problems: list[str]
+) -> CheckResult:
+    """A measured GB/s (10^9 bytes/s) against its minimum: FAIL on any problem (a failed write, a shard that read
+    back different), SKIP (the evidence says why) when nothing was measured."""
     key = name.rsplit(".", 1)[-1]
     threshold = {f"{key}_gb_per_s": minimum}
+    measured = {} if gb_per_s is None else {f"{key}_gb_per_s": round(gb_per_s, 3)}
+    if problems:
+        return CheckResult(name, Status.FAIL, measured, threshold, [*problems, *evidence])
     if gb_per_s is None:
         return CheckResult(name, Status.SKIP, threshold=threshold, evidence=evidence)
-    status = Status.PASS if gb_per_s >= minimum else Status.FAIL
-    return CheckResult(name, status, {f"{key}_gb_per_s": round(gb_per_s, 3)}, threshold, evidence)
+    return CheckResult(name, Status.PASS if gb_per_s >= minimum else Status.FAIL, measured, threshold, evidence)
 
 
-def check_cuda(images: dict[str, str | None], driver: str | None, reason: str = "") -> CheckResult:
-    """Each image's CUDA toolkit against the nodes' driver: the worst verdict decides; SKIP when nothing to judge."""
+def check_cuda(images: dict[str, str | None], driver: str | None, source: str) -> CheckResult:
+    """Each image's CUDA toolkit (from the digest map at source) against the nodes' driver: the worst verdict
+    decides; SKIP when there is no driver or no image with a toolkit to judge."""
     name = "golive.cuda_fingerprint"
-    if driver is None or not any(images.values()):
-        why = reason or ("no driver version (phases.golive.nodes.driver)" if driver is None else "")
+    if driver is None:
         return CheckResult(
-            name, Status.SKIP, {"images": len(images)}, evidence=[why or "no image carries a CUDA toolkit"]
+            name, Status.SKIP, {"images": len(images)}, evidence=["no driver: set phases.golive.nodes.driver"]
         )
+    if not any(images.values()):
+        why = f"no image with a CUDA toolkit in {source}" + ("" if images else " (the images phase has not committed)")
+        return CheckResult(name, Status.SKIP, {"images": len(images), "driver": driver}, evidence=[why])
     evidence, statuses = [], []
     for image, cuda in sorted(images.items()):
         if cuda is None:
@@ -60,7 +68,7 @@ def check_cuda(images: dict[str, str | None], driver: str | None, reason: str = 
         try:
             verdict = cuda_verdict(cuda, driver)
         except ValueError as exc:
-            evidence.append(f"{image}: SKIP {exc}")
+            evidence.append(f"{image}: cannot judge: {exc}")
             statuses.append(Status.WARN)
             continue
         statuses.append(verdict.status)
@@ -68,6 +76,25 @@ def check_cuda(images: dict[str, str | None], driver: str | None, reason: str = 
     worst = Status.FAIL if Status.FAIL in statuses else Status.WARN if Status.WARN in statuses else Status.PASS
     measured = {"driver": driver, "images": len(images), "judged": len(statuses)}
     return CheckResult(name, worst, measured, {"table": "NVIDIA minimum driver per toolkit release"}, evidence)
+
+
+def check_gpu(probe: dict) -> CheckResult:
+    """The GPU probe's figures against the datasheet (>= 80% of HBM bandwidth and bf16 throughput); SKIP without
+    torch or a GPU."""
+    name = "golive.gpu"
+    if probe.get("status") == "SKIP":
+        return CheckResult(name, Status.SKIP, evidence=[probe.get("reason", "not measured")])
+    devices = probe.get("devices", [])
+    measured = {"driver": probe.get("driver"), "devices": probe.get("device_count", len(devices))}
+    evidence = [
+        f"GPU {d['index']} {d['name']}: HBM {d['hbm_gb_per_s']} GB/s"
+        + (f" ({d['hbm_ratio']:.0%} of {d['datasheet_hbm_gb_per_s']})" if "hbm_ratio" in d else "")
+        + f", bf16 {d['bf16_tflops']} TFLOPS"
+        + (f" ({d['bf16_ratio']:.0%} of {d['datasheet_bf16_tflops']})" if "bf16_ratio" in d else "")
+        + f": {d['status']}{' ' + d['reason'] if d.get('reason') else ''}"
+        for d in devices
+    ]
+    return CheckResult(name, Status(probe["status"]), measured, {"of_datasheet": 0.8}, evidence)
 
 
 def check_placement(advice: list[Advice]) -> CheckResult:

@@ -126,7 +126,7 @@ def _read_back(target, key: str, size: int, expected: str) -> tuple[float, str |
     return seconds, None
 
 
-def _cleanup(target_url: str, profiles: Mapping[str, Profile]) -> str:
+def cleanup(target_url: str, profiles: Mapping[str, Profile]) -> str:
     """Delete every object under target_url and abort its unfinished uploads; say what was done."""
     target = open_connector(target_url, profiles)
     try:
@@ -185,7 +185,7 @@ def measure(
         result.problems.append(f"{type(exc).__name__}: {exc}")
     finally:
         try:
-            result.cleanup = _cleanup(target_url, profiles)
+            result.cleanup = cleanup(target_url, profiles)
         except FerryError as exc:
             result.problems.append(f"cleanup of {target_url} failed: {exc}")
     return result

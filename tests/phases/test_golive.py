@@ -1,0 +1,212 @@
+"""The go-live phase through its contract: a run against loopback and a local target measures and reports; with
+nothing to measure every check SKIPs with its reason and the gate WARNs (FAILs under strict); the report reads
+right in headless Chromium; rollback removes a crashed run's checkpoint leftovers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ferry import digest_map
+from ferry.audit import AuditFolder
+from ferry.errors import UsageError
+from ferry.golive import probe
+from ferry.phases.base import Reporter, open_phase
+from ferry.plan import load_plan
+from ferry.results import Status, gate_status
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Beside the UI test's screenshots (ignored by git); docs/golive-report.png is a copy of one.
+SHOTS = Path(__file__).resolve().parents[2] / ".ferry" / "screenshots"
+
+
+class Recorder(Reporter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.published: dict[str, str] = {}
+
+    def markdown(self, key: str, text: str, description: str) -> None:
+        self.published[key] = text
+
+
+def plan_file(tmp_path: Path, golive: dict, *, strict: bool = False, gates: dict | None = None) -> Path:
+    (tmp_path / "src").mkdir(exist_ok=True)
+    plan = {
+        "name": "golive-check",
+        "strict": strict,
+        "source": {"storage": "./src"},
+        "target": {"storage": "./dst", "profile": "meta-compute", "kubernetes_version": "1.30"},
+        "phases": {"golive": golive},
+        "gates": {"golive": gates or {}},
+    }
+    path = tmp_path / "migration.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def serve_once() -> tuple[threading.Thread, int]:
+    ready, bound = threading.Event(), []
+    thread = threading.Thread(
+        target=probe.serve, args=("127.0.0.1", 0, "tcp"),
+        kwargs={"sessions": 1, "ready": lambda port: (bound.append(port), ready.set())}, daemon=True,
+    )  # fmt: skip
+    thread.start()
+    assert ready.wait(5)
+    return thread, bound[0]
+
+
+def run_all(path: Path, audit_root: Path) -> tuple[list, Recorder, object]:
+    loaded = load_plan(path)
+    phase = open_phase(loaded, "golive")
+    audit, reporter = AuditFolder(audit_root), Recorder()
+    for step in phase.steps():
+        phase.run(step, audit, reporter)
+    return phase.gate(audit), reporter, phase
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+def test_a_measured_run_and_its_report(tmp_path) -> None:
+    digest_map.publish(
+        tmp_path / ".ferry",
+        [
+            digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1"),
+            digest_map.ImageRecord("src/b:1", "reg.example/ml/b:1", "sha256:" + "b" * 64, "copied", "12.2.2"),
+            digest_map.ImageRecord("src/c:1", "reg.example/ml/c:1", "sha256:" + "c" * 64, "copied", None),
+        ],
+    )
+    thread, port = serve_once()
+    workload = {"name": "llama-405b-pretrain", "params": "405e9", "nodes": 32, "virt_overhead": 0.14}
+    path = plan_file(
+        tmp_path,
+        {
+            "latency": {"server": f"127.0.0.1:{port}", "samples": 400, "warmup": 20, "jobs": True},
+            "checkpoint": {"size": "4M", "shards": 4, "prefix": "golive/ckpt/", "threads": 4},
+            "nodes": {"driver": "535.104.05"},
+            "workloads": [{**workload, "hourly_cost_delta": 6.5}],
+        },
+        gates={"p99_us": 100000, "checkpoint_write_gb_per_s": 0.00001, "checkpoint_read_gb_per_s": 0.00001},
+    )
+    results, reporter, phase = run_all(path, tmp_path / "runs" / "r1")
+    thread.join(5)
+    found = by_name(results)
+    assert found["golive.interconnect_p99"].status == Status.PASS
+    assert found["golive.interconnect_p99"].measured["samples"] == 400
+    assert found["golive.probe_jobs_schema"].status == Status.PASS
+    assert found["golive.checkpoint_write"].status == Status.PASS
+    assert found["golive.checkpoint_read"].status == Status.PASS
+    assert found["golive.placement"].measured == {"llama-405b-pretrain": "bare-metal"}
+    # 12.4.1 needs 550.54.15: minor-version compatibility only; 12.2.2's own minimum is met.
+    cuda = found["golive.cuda_fingerprint"]
+    assert cuda.status == Status.WARN and cuda.measured["judged"] == 2
+    assert found["golive.gpu"].status == Status.SKIP and found["golive.gpu"].evidence
+    assert found["golive.scale_up"].status == Status.SKIP
+    measured = found["golive.everything_measured"]
+    assert measured.status == Status.WARN and measured.measured["skipped"] == 2
+    assert gate_status(results, strict=False) == Status.WARN
+    # Nothing is left on the target.
+    assert not [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]
+    text = reporter.published["golive-report"]
+    assert "| golive.interconnect_p99 | **PASS** |" in text and "not RDMA verbs" in text
+    page = tmp_path / "runs" / "r1" / "golive" / "report.html"
+    assert page.exists() and "data:image/png;base64," in page.read_text()
+    if CHROMIUM:
+        _looks_right_in_chromium(page)
+
+
+def _looks_right_in_chromium(page: Path) -> None:
+    from tests.browser import Browser
+
+    browser = Browser(CHROMIUM)
+    try:
+        browser.goto(page.as_uri())
+        assert browser.wait_for_text("Go-live report: golive-check")
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#summary tr')].slice(1)"
+            ".map(r => [r.cells[0].innerText, r.cells[1].innerText])"
+        )
+        assert ["golive.interconnect_p99", "PASS"] in rows and ["golive.gpu", "SKIP"] in rows
+        assert browser.evaluate("document.getElementById('verdict').innerText") == "WARN"
+        assert "not RDMA verbs" in browser.evaluate("document.body.innerText")
+        # Both charts are decoded images with real sizes, not broken links.
+        for chart in ("latency-chart", "throughput-chart"):
+            width = browser.evaluate(f"document.getElementById('{chart}').naturalWidth")
+            assert width and width > 300, chart
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        browser.screenshot(SHOTS / "golive-report.png")
+    finally:
+        browser.close()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_nothing_measurable_skips_every_check_with_its_reason(tmp_path, strict) -> None:
+    path = plan_file(tmp_path, {"gpu_probe": False}, strict=strict)
+    results, _, _ = run_all(path, tmp_path / "runs" / "r1")
+    *checks, summary = results
+    assert all(r.status == Status.SKIP and r.evidence and all(r.evidence) for r in checks), [
+        (r.name, r.status, r.evidence) for r in checks
+    ]
+    assert summary.status == Status.WARN and summary.measured["skipped"] == len(checks)
+    assert gate_status(results, strict) == (Status.FAIL if strict else Status.WARN)
+
+
+def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    path = plan_file(
+        tmp_path,
+        {"latency": {"server": f"127.0.0.1:{dead}", "samples": 10}, "checkpoint": {"size": "2M", "shards": 2},
+         "gpu_probe": False},
+        gates={"checkpoint_write_gb_per_s": 0.00001},
+    )  # fmt: skip
+    loaded = load_plan(path)
+    # Damage the synthetic checkpoint once it exists: the bytes that land are not those recorded.
+    phase = open_phase(loaded, "golive")
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    from ferry.golive.checkpoint import shard_name, synthetic
+
+    source = synthetic(loaded.state_dir / "golive" / "synthetic", 2 << 20, 2)
+    (source.root / shard_name(0, 2)).write_bytes(b"\0" * (1 << 20))
+    for step in phase.steps():
+        phase.run(step, audit, Reporter())
+    found = by_name(phase.gate(audit))
+    assert found["golive.interconnect_p99"].status == Status.SKIP
+    assert "no round trip" in found["golive.interconnect_p99"].evidence[0]
+    assert found["golive.checkpoint_read"].status == Status.FAIL
+    assert any("SHA-256" in line for line in found["golive.checkpoint_read"].evidence)
+    assert found["golive.checkpoint_write"].status == Status.PASS
+
+
+def test_rollback_removes_what_a_crashed_run_left(tmp_path) -> None:
+    path = plan_file(tmp_path, {"checkpoint": {"size": "1M", "shards": 1}, "gpu_probe": False})
+    phase = open_phase(load_plan(path), "golive")
+    audit_root = tmp_path / "runs" / "r1"
+    assert "nothing to undo" in phase.rollback(audit_root).text
+    phase.run("checkpoint", AuditFolder(audit_root), Reporter())
+    url = json.loads((audit_root / "golive" / "checkpoint-target.json").read_text())["url"]
+    leftover = Path(url) / "model-00001-of-00001.bin"
+    leftover.parent.mkdir(parents=True, exist_ok=True)
+    leftover.write_bytes(b"left by a crash")
+    preview = phase.rollback(audit_root, dry_run=True)
+    assert preview.items == [f"delete every object under {url}"] and leftover.exists()
+    assert "deleted 1 object(s)" in phase.rollback(audit_root).text and not leftover.exists()
+    assert "deleted 0 object(s)" in phase.rollback(audit_root).text
+
+
+def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
+    path = plan_file(tmp_path, {"latency": {"samples": 10}})
+    with pytest.raises(UsageError) as raised:
+        load_plan(path)
+    assert "phases.golive.latency" in str(raised.value) and "server" in str(raised.value)
+    path = plan_file(tmp_path, {"nodes": {"driver": "latest"}})
+    with pytest.raises(UsageError, match="phases.golive.nodes.driver"):
+        load_plan(path)
