@@ -109,13 +109,18 @@ def check_placement(advice: list[Advice]) -> CheckResult:
     )
 
 
-def check_scale_up(seconds: float | None, replicas: int, maximum_s: float, evidence: list[str]) -> CheckResult:
-    """Time until the Deployment had `replicas` Ready against the maximum; SKIP (evidence says why) when None."""
+def check_scale_up(
+    seconds: float | None, replicas: int, maximum_s: float, evidence: list[str], problems: list[str]
+) -> CheckResult:
+    """Time until the Deployment had `replicas` Ready against the maximum: FAIL on a problem (not Ready in time,
+    the API refused), SKIP (the evidence says why) when nothing was measured."""
     name, threshold = "golive.scale_up", {"scale_up_s": maximum_s, "replicas": replicas}
+    measured = {} if seconds is None else {"scale_up_s": round(seconds, 2), "replicas": replicas}
+    if problems:
+        return CheckResult(name, Status.FAIL, measured, threshold, [*problems, *evidence])
     if seconds is None:
         return CheckResult(name, Status.SKIP, threshold=threshold, evidence=evidence)
-    status = Status.PASS if seconds <= maximum_s else Status.FAIL
-    return CheckResult(name, status, {"scale_up_s": round(seconds, 2), "replicas": replicas}, threshold, evidence)
+    return CheckResult(name, Status.PASS if seconds <= maximum_s else Status.FAIL, measured, threshold, evidence)
 
 
 def check_measured(results: list[CheckResult]) -> CheckResult:

@@ -34,8 +34,8 @@ from checks.golive import (
 from connectors.transfer import TransferSettings
 from ferry import digest_map
 from ferry.audit import AuditFolder
-from ferry.errors import FerryError
-from ferry.golive import checkpoint, gpu_probe, placement, probe, report
+from ferry.errors import FerryError, PermanentError, TransientError, UsageError
+from ferry.golive import autoscale, checkpoint, gpu_probe, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
@@ -86,7 +86,9 @@ class Autoscaling(Settings):
     deployment: str = Field(pattern=DNS_LABEL)
     replicas: int = Field(ge=1, le=10_000)
     timeout_s: float = Field(default=600, gt=0, le=7200)
+    # Named: its minReplicas is raised (the autoscaler scales the Deployment); else the Deployment is scaled.
     hpa: str | None = Field(default=None, pattern=DNS_LABEL)
+    poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
 class Nodes(Settings):
@@ -273,11 +275,29 @@ class GolivePhase(Phase):
         return {"result": result.to_dict(), "reason": ""}
 
     def _autoscaling(self, audit: AuditFolder, reporter: Reporter) -> dict:
-        if self.settings.autoscaling is None:
+        s, cluster = self.settings.autoscaling, self.loaded.plan.target.cluster
+        if s is None:
             return {"seconds": None, "reason": "not configured (phases.golive.autoscaling)"}
-        if self.loaded.plan.target.cluster is None:
+        if cluster is None:
             return {"seconds": None, "reason": "no cluster: target.cluster is not set"}
-        return {"seconds": None, "reason": "scaling a Deployment is not built yet"}
+        try:
+            api = self._api()
+        except UsageError as exc:
+            return {"seconds": None, "reason": f"no cluster: {exc}"}
+        try:
+            original = autoscale.snapshot(api, cluster.namespace, s.deployment, s.hpa)
+            # Journalled before anything changes: rollback restores it if this run dies before its finally.
+            audit.write_json(self.name, "autoscaling-original.json", original)
+            result = autoscale.spike(api, original, s.replicas, s.timeout_s, poll_s=s.poll_s)
+            if result.restored:
+                audit.write_json(self.name, "autoscaling-restored.json", {"restored": True})
+            return {"seconds": result.seconds, "evidence": result.evidence, "problems": result.problems}
+        except TransientError as exc:
+            return {"seconds": None, "reason": str(exc)}
+        except PermanentError as exc:
+            return {"seconds": None, "evidence": [], "problems": [str(exc)]}
+        finally:
+            api.close()
 
     def _report(self, audit: AuditFolder, reporter: Reporter) -> None:
         results = self.checks(audit)
@@ -324,7 +344,7 @@ class GolivePhase(Phase):
         results.append(
             check_scale_up(
                 scaling.get("seconds"), autoscaling.replicas if autoscaling else 0, gate.scale_up_s,
-                scaling.get("evidence") or [scaling.get("reason") or "step did not run"],
+                scaling.get("evidence") or [scaling.get("reason") or "step did not run"], scaling.get("problems", []),
             )
         )  # fmt: skip
         return [*results, check_measured(results)]
@@ -365,16 +385,45 @@ class GolivePhase(Phase):
         return self.checks(audit)
 
     def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
-        """Remove what a crashed run left under its checkpoint prefix (a finished run removed it already)."""
-        journal = audit_root / self.name / "checkpoint-target.json"
-        if not journal.exists():
-            return Undo(f"nothing to undo: run {audit_root.name} wrote no checkpoint")
-        url = json.loads(journal.read_text(encoding="utf-8"))["url"]
-        item = f"delete every object under {url}"
-        if dry_run:
-            return Undo(f"{item} (the go-live checkpoint)", [item])
+        """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
+        folder = audit_root / self.name
+        items, done = [], []
+        journal = folder / "checkpoint-target.json"
+        if journal.exists():
+            url = json.loads(journal.read_text(encoding="utf-8"))["url"]
+            items.append(f"delete every object under {url}")
+            if not dry_run:
+                try:
+                    done.append(checkpoint.cleanup(url, self.loaded.plan.profiles))
+                except FerryError as exc:
+                    done.append(f"could not clean {url}: {exc}")
+        original_file = folder / "autoscaling-original.json"
+        if original_file.exists() and not (folder / "autoscaling-restored.json").exists():
+            original = json.loads(original_file.read_text(encoding="utf-8"))
+            items.append(f"restore {original['namespace']}/{original['deployment']} as snapshot before the spike")
+            if not dry_run:
+                done.append(self._restore(original, folder))
+        if not items:
+            return Undo(f"nothing to undo: run {audit_root.name} left nothing behind")
+        return Undo("; ".join(items) if dry_run else "; ".join(done), items)
+
+    def _api(self):
+        """A client of target.cluster (which must be set); UsageError when its kubeconfig cannot give one."""
+        cluster = self.loaded.plan.target.cluster
+        assert cluster is not None
+        kubeconfig = autoscale.kubeconfig_path(cluster.kubeconfig, self.loaded.path.parent)
+        return autoscale.api_client(kubeconfig, cluster.context)
+
+    def _restore(self, original: dict, folder: Path) -> str:
+        if self.loaded.plan.target.cluster is None:
+            return "could not restore the replica count: target.cluster is no longer set"
         try:
-            done = checkpoint.cleanup(url, self.loaded.plan.profiles)
+            api = self._api()
+            try:
+                text = autoscale.restore(api, original)
+            finally:
+                api.close()
         except FerryError as exc:
-            return Undo(f"could not clean {url}: {exc}", [item])
-        return Undo(done, [item])
+            return f"could not restore the replica count: {exc}"
+        (folder / "autoscaling-restored.json").write_text(json.dumps({"restored": True}) + "\n", encoding="utf-8")
+        return f"restored {text}"

@@ -12,14 +12,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import UsageError
 from ferry.golive import probe
+from ferry.golive.checkpoint import shard_name, synthetic
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
+from tests.golive.test_autoscale import Controller, deployment
+from tests.kube_emulator import KubeEmulator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Beside the UI test's screenshots (ignored by git); docs/golive-report.png is a copy of one.
@@ -172,8 +176,6 @@ def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_p
     # Damage the synthetic checkpoint once it exists: the bytes that land are not those recorded.
     phase = open_phase(loaded, "golive")
     audit = AuditFolder(tmp_path / "runs" / "r1")
-    from ferry.golive.checkpoint import shard_name, synthetic
-
     source = synthetic(loaded.state_dir / "golive" / "synthetic", 2 << 20, 2)
     (source.root / shard_name(0, 2)).write_bytes(b"\0" * (1 << 20))
     for step in phase.steps():
@@ -210,3 +212,44 @@ def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
     path = plan_file(tmp_path, {"nodes": {"driver": "latest"}})
     with pytest.raises(UsageError, match="phases.golive.nodes.driver"):
         load_plan(path)
+
+
+def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> None:
+    with KubeEmulator() as emulator:
+        emulator.seed(deployment(replicas=2))
+        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+        path = plan_file(
+            tmp_path,
+            {"autoscaling": {"deployment": "llama-serve", "replicas": 8, "timeout_s": 10, "poll_s": 0.05},
+             "gpu_probe": False},
+            gates={"scale_up_s": 5},
+        )  # fmt: skip
+        plan = yaml.safe_load(path.read_text())
+        plan["target"]["cluster"] = {"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)}
+        path.write_text(yaml.safe_dump(plan))
+        phase = open_phase(load_plan(path), "golive")
+        audit_root = tmp_path / "runs" / "r1"
+        with Controller(emulator, wanted=8, delay_s=0.2):
+            phase.run("autoscaling", AuditFolder(audit_root), Reporter())
+        scale = by_name(phase.gate(AuditFolder(audit_root)))["golive.scale_up"]
+        assert scale.status == Status.PASS and 0.2 <= scale.measured["scale_up_s"] < 5
+        assert any("restored" in line for line in scale.evidence)
+        assert "nothing to undo" in phase.rollback(audit_root).text
+        # A run that died mid-spike: the journal holds the snapshot, the Deployment is left at 8.
+        (audit_root / "golive" / "autoscaling-restored.json").unlink()
+        client.AppsV1Api(emulator.api_client()).patch_namespaced_deployment(
+            "llama-serve", "default", {"spec": {"replicas": 8}}
+        )
+        preview = phase.rollback(audit_root, dry_run=True)
+        assert preview.items == ["restore default/llama-serve as snapshot before the spike"]
+        assert "back to 2 replica(s)" in phase.rollback(audit_root).text
+        assert emulator.get("apps/v1", "Deployment", "llama-serve", "default")["spec"]["replicas"] == 2
+        assert "nothing to undo" in phase.rollback(audit_root).text
+
+
+def test_autoscaling_without_a_cluster_skips_with_the_reason(tmp_path) -> None:
+    path = plan_file(tmp_path, {"autoscaling": {"deployment": "llama-serve", "replicas": 8}, "gpu_probe": False})
+    phase = open_phase(load_plan(path), "golive")
+    phase.run("autoscaling", AuditFolder(tmp_path / "r"), Reporter())
+    scale = by_name(phase.gate(AuditFolder(tmp_path / "r")))["golive.scale_up"]
+    assert scale.status == Status.SKIP and scale.evidence == ["no cluster: target.cluster is not set"]
