@@ -17,11 +17,14 @@ def check_probe_jobs(docs: list[dict], kubernetes_version: str | None) -> CheckR
     return check_rbac_schema(docs, kubernetes_version, name="golive.probe_jobs_schema")
 
 
-def check_latency(result: dict | None, p99_us: float, reason: str = "") -> CheckResult:
-    """The interconnect's p99 round trip against the threshold; SKIP with reason when nothing was measured."""
-    name, threshold = "golive.interconnect_p99", {"p99_us": p99_us}
+def check_latency(name: str, result: dict | None, p99_us: float, reason: str, problems: list[str] = ()) -> CheckResult:
+    """The interconnect's p99 round trip against the threshold: FAIL on a problem (the probe Jobs failed), SKIP
+    with reason when nothing was measured; WARN when round trips were lost."""
+    threshold = {"p99_us": p99_us}
+    if problems:
+        return CheckResult(name, Status.FAIL, threshold=threshold, evidence=list(problems))
     if result is None:
-        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=[reason])
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=[reason or "not measured"])
     n = result["samples"]
     measured = {k: result[k] for k in ("p50_us", "p99_us", "p99_9_us", "max_us", "samples", "lost", "protocol")}
     evidence = [

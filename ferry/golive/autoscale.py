@@ -8,15 +8,12 @@ replica count and HPA bounds are returned before anything changes, so a crashed 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ferry.errors import NotFoundError, PermanentError, TransientError, UsageError
+from ferry.errors import PermanentError, TransientError
+from ferry.golive.kube import translated
 
 
 @dataclass
@@ -29,41 +26,6 @@ class ScaleUp:
     evidence: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     restored: bool = False
-
-
-def kubeconfig_path(named: str | None, plan_dir: Path) -> Path:
-    """The kubeconfig the plan names (relative to the plan), else $KUBECONFIG, else ~/.kube/config."""
-    if named:
-        return Path(named) if Path(named).is_absolute() else plan_dir / named
-    return Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
-
-
-def api_client(kubeconfig: Path, context: str) -> Any:
-    """An official-client ApiClient for context; UsageError (one line) when the kubeconfig cannot give one."""
-    from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
-
-    if not kubeconfig.is_file():
-        raise UsageError(f"no kubeconfig at {kubeconfig}")
-    try:
-        return config.new_client_from_config(config_file=str(kubeconfig), context=context)
-    except ConfigException as exc:
-        raise UsageError(f"{kubeconfig}: context {context!r}: {exc}") from None
-
-
-@contextlib.contextmanager
-def translated(what: str) -> Iterator[None]:
-    """The client's errors as ferry's: 404 NotFoundError, other answers PermanentError, no answer TransientError."""
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        yield
-    except ApiException as exc:
-        error = NotFoundError if exc.status == 404 else PermanentError
-        raise error(f"{what}: the API answered {exc.status} {exc.reason}", code=str(exc.status)) from None
-    except HTTPError as exc:
-        raise TransientError(f"{what}: the cluster did not answer ({type(exc).__name__})") from None
 
 
 def snapshot(api: Any, namespace: str, deployment: str, hpa: str | None) -> dict[str, Any]:

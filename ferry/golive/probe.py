@@ -70,6 +70,11 @@ def summarise(rtts_ns: list[int], *, protocol: str, server: str, warmup: int, lo
     }
 
 
+def compact(result: dict) -> dict:
+    """The summary without the raw samples: about 1 KB, within a pod's 4 KB termination message."""
+    return {k: v for k, v in result.items() if k != "rtt_ns"}
+
+
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -236,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     pinged.add_argument("--wait", type=float, default=0.0, help="seconds to keep trying to reach the server")
     pinged.add_argument("--source", default=None, help="the client's own address to send from")
     pinged.add_argument("--json", action="store_true")
+    pinged.add_argument(
+        "--summary-file", default=None, help="also write the summary without the samples here (a Job's termination log)"
+    )
     for command in (served, pinged):
         command.add_argument("--protocol", choices=("tcp", "udp"), default="tcp")
         command.add_argument("--size", type=int, default=DEFAULT_SIZE)
@@ -253,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         source=args.source,
     )
     print(json.dumps(result) if args.json else "\n".join(text(result)), flush=True)
+    if args.summary_file:
+        with open(args.summary_file, "w", encoding="utf-8") as out:
+            out.write(json.dumps(compact(result)))
     return 0
 
 

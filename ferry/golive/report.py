@@ -48,16 +48,12 @@ def latency_chart(latency: dict, p99_us: float) -> str:
 
     figure = Figure(figsize=(7.5, 3.4))
     axes = figure.subplots()
-    microseconds = [v / 1e3 for v in latency["rtt_ns"]]
-    low, high = max(min(microseconds), 1e-3), max(microseconds)
-    edges = [low * (high / low) ** (i / 40) for i in range(41)] if high > low else 10
-    axes.hist(microseconds, bins=edges, color="#4C78A8")
+    bins = latency["histogram_us"]
+    lefts, widths = [low for low, _, _ in bins], [max(high - low, 1e-3) for low, high, _ in bins]
+    axes.bar(lefts, [count for _, _, count in bins], width=widths, align="edge", color="#4C78A8")
     axes.set_xscale("log")
-    for key, label, colour in (
-        ("p50_us", "p50", "#54A24B"),
-        ("p99_us", "p99", "#E45756"),
-        ("p99_9_us", "p99.9", "#B279A2"),
-    ):
+    marks = (("p50_us", "p50", "#54A24B"), ("p99_us", "p99", "#E45756"), ("p99_9_us", "p99.9", "#B279A2"))
+    for key, label, colour in marks:
         axes.axvline(latency[key], color=colour, linestyle="--", label=f"{label} {latency[key]} us")
     axes.axvline(p99_us, color="black", linewidth=2, label=f"p99 threshold {p99_us} us")
     axes.set_xlabel("round trip (us, log scale)")

@@ -35,7 +35,7 @@ from connectors.transfer import TransferSettings
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import autoscale, checkpoint, gpu_probe, placement, probe, report
+from ferry.golive import autoscale, checkpoint, gpu_probe, kube, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
@@ -63,6 +63,9 @@ class Latency(Settings):
     # Render the probe pair as Jobs for target.cluster (validated; run when the cluster answers).
     jobs: bool = False
     image: str = probe_jobs.DEFAULT_IMAGE
+    # How long the Jobs may take (image pull and scheduling included), and how often their status is read.
+    jobs_timeout_s: float = Field(default=900, gt=0, le=probe_jobs.DEADLINE_S)
+    poll_s: float = Field(default=2.0, gt=0, le=60)
 
     @model_validator(mode="after")
     def _somewhere(self) -> Latency:
@@ -239,19 +242,11 @@ class GolivePhase(Phase):
             return {"status": "SKIP", "reason": f"the GPU probe failed: {done.stderr.strip()[-300:] or 'no output'}"}
 
     def _latency(self, audit: AuditFolder, reporter: Reporter) -> dict:
+        """Round trips to the named server, and/or through the probe Jobs on target.cluster."""
         s = self.settings.latency
         if s is None:
             return {"result": None, "reason": "not configured (phases.golive.latency)"}
         data: dict[str, Any] = {"result": None, "reason": ""}
-        if s.jobs:
-            namespace = self.loaded.plan.target.cluster.namespace if self.loaded.plan.target.cluster else "default"
-            docs = probe_jobs.render(namespace, protocol=s.protocol, samples=s.samples, image=s.image)
-            audit.write_text(self.name, "probe-jobs.yaml", yaml.safe_dump_all(docs, sort_keys=False))
-            data["jobs"] = str(audit.path(self.name, "probe-jobs.yaml"))
-            data["reason"] = (
-                "the probe Jobs are rendered and validated, not run: running them on the cluster is not built "
-                "yet; apply probe-jobs.yaml and read the client Job's log"
-            )
         if s.server:
             try:
                 data["result"] = probe.ping(
@@ -259,7 +254,35 @@ class GolivePhase(Phase):
                 )
             except OSError as exc:
                 data["reason"] = f"no round trip to {s.server}: {exc}"
+        if s.jobs:
+            data.update(self._probe_jobs(audit, s))
         return data
+
+    def _probe_jobs(self, audit: AuditFolder, s: Latency) -> dict:
+        """Render the probe pair (kept in the audit folder for the schema check); run it when a cluster answers."""
+        cluster = self.loaded.plan.target.cluster
+        docs = probe_jobs.render(
+            cluster.namespace if cluster else "default", protocol=s.protocol, samples=s.samples, image=s.image
+        )
+        path = audit.write_text(self.name, "probe-jobs.yaml", yaml.safe_dump_all(docs, sort_keys=False))
+        found: dict[str, Any] = {"jobs": str(path), "jobs_result": None, "jobs_reason": ""}
+        if cluster is None:
+            found["jobs_reason"] = f"no cluster (target.cluster): the Jobs are rendered in {path}, not run"
+            return found
+        try:
+            api = self._api()
+        except UsageError as exc:
+            found["jobs_reason"] = f"no cluster: {exc}; the Jobs are rendered in {path}, not run"
+            return found
+        try:
+            found["jobs_result"] = probe_jobs.run(api, docs, s.jobs_timeout_s, poll_s=s.poll_s)
+        except TransientError as exc:
+            found["jobs_reason"] = str(exc)
+        except PermanentError as exc:
+            found["jobs_problem"] = str(exc)
+        finally:
+            api.close()
+        return found
 
     def _checkpoint(self, audit: AuditFolder, reporter: Reporter) -> dict:
         s = self.settings.checkpoint
@@ -304,7 +327,8 @@ class GolivePhase(Phase):
         verdict = gate_status(results, self.loaded.plan.strict)
         title = f"Go-live report: {self.loaded.plan.name}"
         page = audit.path(self.name, "report.html")
-        latency = self._read(audit, "latency").get("result")
+        measured = self._read(audit, "latency")
+        latency = measured.get("result") or measured.get("jobs_result")
         ckpt = self._read(audit, "checkpoint").get("result")
         page.write_text(
             report.html(
@@ -335,10 +359,26 @@ class GolivePhase(Phase):
             check_gpu(fingerprint.get("gpu") or {"status": "SKIP", "reason": "the fingerprint step did not run"}),
             check_placement([placement.advise(w) for w in self.workloads()]),
         ]
+        settings = self.settings.latency
+        if settings is None or settings.server:
+            results.append(
+                check_latency(
+                    "golive.interconnect_p99",
+                    latency.get("result"),
+                    gate.p99_us,
+                    latency.get("reason") or "step did not run",
+                )
+            )
         if latency.get("jobs"):
             docs = [d for d in yaml.safe_load_all(Path(latency["jobs"]).read_text(encoding="utf-8")) if d]
             results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version))
-        results.append(check_latency(latency.get("result"), gate.p99_us, latency.get("reason") or "step did not run"))
+            problem = latency.get("jobs_problem")
+            results.append(
+                check_latency(
+                    "golive.interconnect_p99_jobs", latency.get("jobs_result"), gate.p99_us,
+                    latency.get("jobs_reason") or "", [problem] if problem else [],
+                )
+            )  # fmt: skip
         results += self._throughput(ckpt)
         autoscaling = self.settings.autoscaling
         results.append(
@@ -411,8 +451,8 @@ class GolivePhase(Phase):
         """A client of target.cluster (which must be set); UsageError when its kubeconfig cannot give one."""
         cluster = self.loaded.plan.target.cluster
         assert cluster is not None
-        kubeconfig = autoscale.kubeconfig_path(cluster.kubeconfig, self.loaded.path.parent)
-        return autoscale.api_client(kubeconfig, cluster.context)
+        kubeconfig = kube.kubeconfig_path(cluster.kubeconfig, self.loaded.path.parent)
+        return kube.api_client(kubeconfig, cluster.context)
 
     def _restore(self, original: dict, folder: Path) -> str:
         if self.loaded.plan.target.cluster is None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from ferry.errors import NotFoundError, TransientError
-from ferry.golive import autoscale
+from ferry.golive import autoscale, kube
 from tests.kube_emulator import KubeEmulator
 
 
@@ -128,4 +128,4 @@ def test_a_missing_deployment_and_an_absent_cluster(emulator: KubeEmulator, tmp_
     kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
     emulator.stop()
     with pytest.raises(TransientError, match="did not answer"):
-        autoscale.snapshot(autoscale.api_client(kubeconfig, "emulator"), "default", "llama-serve", None)
+        autoscale.snapshot(kube.api_client(kubeconfig, "emulator"), "default", "llama-serve", None)

@@ -40,6 +40,7 @@ def test_summary_figures_and_histogram_from_known_nanoseconds() -> None:
 
 
 def start_server(protocol: str, sessions: int = 1) -> tuple[threading.Thread, int]:
+    """A probe server on a free loopback port in a thread, ending after `sessions` clients: (thread, port)."""
     bound: list[int] = []
     ready = threading.Event()
 

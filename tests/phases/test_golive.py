@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,13 @@ from kubernetes import client
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import UsageError
-from ferry.golive import probe
 from ferry.golive.checkpoint import shard_name, synthetic
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
 from tests.golive.test_autoscale import Controller, deployment
+from tests.golive.test_jobs import JobController
+from tests.golive.test_probe import start_server
 from tests.kube_emulator import KubeEmulator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -39,7 +39,10 @@ class Recorder(Reporter):
         self.published[key] = text
 
 
-def plan_file(tmp_path: Path, golive: dict, *, strict: bool = False, gates: dict | None = None) -> Path:
+def plan_file(
+    tmp_path: Path, golive: dict, *, strict: bool = False, gates: dict | None = None, cluster: dict | None = None
+) -> Path:
+    """A plan of the go-live phase alone; cluster: target.cluster (context, namespace, kubeconfig)."""
     (tmp_path / "src").mkdir(exist_ok=True)
     plan = {
         "name": "golive-check",
@@ -49,20 +52,11 @@ def plan_file(tmp_path: Path, golive: dict, *, strict: bool = False, gates: dict
         "phases": {"golive": golive},
         "gates": {"golive": gates or {}},
     }
+    if cluster:
+        plan["target"]["cluster"] = cluster
     path = tmp_path / "migration.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
     return path
-
-
-def serve_once() -> tuple[threading.Thread, int]:
-    ready, bound = threading.Event(), []
-    thread = threading.Thread(
-        target=probe.serve, args=("127.0.0.1", 0, "tcp"),
-        kwargs={"sessions": 1, "ready": lambda port: (bound.append(port), ready.set())}, daemon=True,
-    )  # fmt: skip
-    thread.start()
-    assert ready.wait(5)
-    return thread, bound[0]
 
 
 def run_all(path: Path, audit_root: Path) -> tuple[list, Recorder, object]:
@@ -87,7 +81,7 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
             digest_map.ImageRecord("src/c:1", "reg.example/ml/c:1", "sha256:" + "c" * 64, "copied", None),
         ],
     )
-    thread, port = serve_once()
+    thread, port = start_server("tcp")
     workload = {"name": "llama-405b-pretrain", "params": "405e9", "nodes": 32, "virt_overhead": 0.14}
     path = plan_file(
         tmp_path,
@@ -114,7 +108,9 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
     assert found["golive.gpu"].status == Status.SKIP and found["golive.gpu"].evidence
     assert found["golive.scale_up"].status == Status.SKIP
     measured = found["golive.everything_measured"]
-    assert measured.status == Status.WARN and measured.measured["skipped"] == 2
+    jobs = found["golive.interconnect_p99_jobs"]
+    assert jobs.status == Status.SKIP and jobs.evidence[0].startswith("no cluster (target.cluster)")
+    assert measured.status == Status.WARN and measured.measured["skipped"] == 3
     assert gate_status(results, strict=False) == Status.WARN
     # Nothing is left on the target.
     assert not [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]
@@ -223,10 +219,8 @@ def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> N
             {"autoscaling": {"deployment": "llama-serve", "replicas": 8, "timeout_s": 10, "poll_s": 0.05},
              "gpu_probe": False},
             gates={"scale_up_s": 5},
+            cluster={"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)},
         )  # fmt: skip
-        plan = yaml.safe_load(path.read_text())
-        plan["target"]["cluster"] = {"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)}
-        path.write_text(yaml.safe_dump(plan))
         phase = open_phase(load_plan(path), "golive")
         audit_root = tmp_path / "runs" / "r1"
         with Controller(emulator, wanted=8, delay_s=0.2):
@@ -253,3 +247,23 @@ def test_autoscaling_without_a_cluster_skips_with_the_reason(tmp_path) -> None:
     phase.run("autoscaling", AuditFolder(tmp_path / "r"), Reporter())
     scale = by_name(phase.gate(AuditFolder(tmp_path / "r")))["golive.scale_up"]
     assert scale.status == Status.SKIP and scale.evidence == ["no cluster: target.cluster is not set"]
+
+
+def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
+    with KubeEmulator() as emulator:
+        emulator.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+        path = plan_file(
+            tmp_path, {"latency": {"jobs": True, "samples": 200, "poll_s": 0.05}, "gpu_probe": False},
+            gates={"p99_us": 100000},
+            cluster={"context": "emulator", "namespace": "ml", "kubeconfig": str(kubeconfig)},
+        )  # fmt: skip
+        phase = open_phase(load_plan(path), "golive")
+        audit = AuditFolder(tmp_path / "runs" / "r1")
+        with JobController(emulator):
+            phase.run("latency", audit, Reporter())
+        found = by_name(phase.gate(audit))
+    assert "golive.interconnect_p99" not in found, "no server named: only the Jobs measure"
+    assert found["golive.probe_jobs_schema"].status == Status.PASS
+    jobs = found["golive.interconnect_p99_jobs"]
+    assert jobs.status == Status.PASS and jobs.measured["samples"] == 200
