@@ -52,18 +52,17 @@ def check_throughput(
     return CheckResult(name, Status.PASS if gb_per_s >= minimum else Status.FAIL, measured, threshold, evidence)
 
 
-def check_cuda(images: dict[str, str | None], driver: str | None, source: str) -> CheckResult:
-    """Each image's CUDA toolkit (from the digest map at source) against the nodes' driver: the worst verdict
-    decides; SKIP when there is no driver or no image with a toolkit to judge."""
+def check_cuda(images: dict[str, str | None], driver: str | None, source: str, driver_source: str) -> CheckResult:
+    """Each image's CUDA toolkit (from the digest map at source) against the nodes' driver (from driver_source):
+    the worst verdict decides; SKIP when there is no driver or no image with a toolkit to judge."""
     name = "golive.cuda_fingerprint"
     if driver is None:
-        return CheckResult(
-            name, Status.SKIP, {"images": len(images)}, evidence=["no driver: set phases.golive.nodes.driver"]
-        )
+        why = driver_source or "no driver: set phases.golive.nodes.driver"
+        return CheckResult(name, Status.SKIP, {"images": len(images)}, evidence=[why])
     if not any(images.values()):
         why = f"no image with a CUDA toolkit in {source}" + ("" if images else " (the images phase has not committed)")
         return CheckResult(name, Status.SKIP, {"images": len(images), "driver": driver}, evidence=[why])
-    evidence, statuses = [], []
+    evidence, statuses = [f"driver {driver}: {driver_source}"], []
     for image, cuda in sorted(images.items()):
         if cuda is None:
             evidence.append(f"{image}: no CUDA toolkit recorded")

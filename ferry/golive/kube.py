@@ -44,3 +44,24 @@ def translated(what: str) -> Iterator[None]:
         raise error(f"{what}: the API answered {exc.status} {exc.reason}", code=str(exc.status)) from None
     except HTTPError as exc:
         raise TransientError(f"{what}: the cluster did not answer ({type(exc).__name__})") from None
+
+
+# GPU feature discovery's node labels: the newer full version, else the older major/minor/rev triple.
+_DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
+_DRIVER_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+
+
+def node_drivers(api: Any) -> dict[str, str]:
+    """The NVIDIA driver version of each node that GPU feature discovery labelled, by node name."""
+    from kubernetes import client
+
+    with translated("listing the cluster's nodes"):
+        nodes = client.CoreV1Api(api).list_node().items
+    drivers = {}
+    for node in nodes:
+        labels = node.metadata.labels or {}
+        if _DRIVER_FULL in labels:
+            drivers[node.metadata.name] = labels[_DRIVER_FULL]
+        elif all(part in labels for part in _DRIVER_PARTS):
+            drivers[node.metadata.name] = ".".join(labels[part] for part in _DRIVER_PARTS)
+    return drivers

@@ -221,12 +221,37 @@ class GolivePhase(Phase):
     def _fingerprint(self, audit: AuditFolder, reporter: Reporter) -> dict:
         images = {r.target: r.cuda for r in digest_map.read(self.loaded.state_dir).values()}
         gpu = self._gpu() if self.settings.gpu_probe else {"status": "SKIP", "reason": "gpu_probe: false"}
+        driver, driver_source = self._driver()
         return {
             "images": images,
             "images_source": str(digest_map.path(self.loaded.state_dir)),
-            "driver": self.settings.nodes.driver,
+            "driver": driver,
+            "driver_source": driver_source,
             "gpu": gpu,
         }
+
+    def _driver(self) -> tuple[str | None, str]:
+        """The driver to judge against and where it came from: the plan's, else the oldest the nodes' labels say."""
+        if self.settings.nodes.driver:
+            return self.settings.nodes.driver, "phases.golive.nodes.driver"
+        if self.loaded.plan.target.cluster is None:
+            return None, "no driver: set phases.golive.nodes.driver (or target.cluster, to read the node labels)"
+        try:
+            api = self._api()
+            try:
+                drivers = kube.node_drivers(api)
+            finally:
+                api.close()
+        except FerryError as exc:
+            return (
+                None,
+                f"no driver: phases.golive.nodes.driver is not set and the node labels could not be read: {exc}",
+            )
+        if not drivers:
+            return None, "no driver: no node carries GPU feature discovery's driver labels (nvidia.com/cuda.driver*)"
+        oldest = min(drivers.values(), key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+        shown = ", ".join(f"{node} {version}" for node, version in sorted(drivers.items()))
+        return oldest, f"the oldest driver on the labelled nodes ({shown})"
 
     def _gpu(self) -> dict:
         """The standalone GPU probe run as its own process (torch stays out of ferry's)."""
@@ -355,7 +380,12 @@ class GolivePhase(Phase):
         ckpt = self._read(audit, "checkpoint")
         scaling = self._read(audit, "autoscaling")
         results = [
-            check_cuda(fingerprint.get("images", {}), fingerprint.get("driver"), fingerprint.get("images_source", "")),
+            check_cuda(
+                fingerprint.get("images", {}),
+                fingerprint.get("driver"),
+                fingerprint.get("images_source", ""),
+                fingerprint.get("driver_source", ""),
+            ),  # fmt: skip
             check_gpu(fingerprint.get("gpu") or {"status": "SKIP", "reason": "the fingerprint step did not run"}),
             check_placement([placement.advise(w) for w in self.workloads()]),
         ]

@@ -267,3 +267,36 @@ def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
     assert found["golive.probe_jobs_schema"].status == Status.PASS
     jobs = found["golive.interconnect_p99_jobs"]
     assert jobs.status == Status.PASS and jobs.measured["samples"] == 200
+
+
+def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path) -> None:
+    digest_map.publish(
+        tmp_path / ".ferry",
+        [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")],
+    )
+    with KubeEmulator() as emulator:
+        gfd = {
+            "nvidia.com/cuda.driver.major": "535",
+            "nvidia.com/cuda.driver.minor": "104",
+            "nvidia.com/cuda.driver.rev": "05",
+        }
+        for name, labels in (
+            ("gpu-a", {"nvidia.com/cuda.driver-version.full": "550.54.15"}),
+            ("gpu-b", gfd),
+            ("cpu-c", {}),
+        ):
+            emulator.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+        path = plan_file(
+            tmp_path, {"gpu_probe": False},
+            cluster={"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)},
+        )  # fmt: skip
+        phase = open_phase(load_plan(path), "golive")
+        audit = AuditFolder(tmp_path / "runs" / "r1")
+        phase.run("fingerprint", audit, Reporter())
+    cuda = by_name(phase.gate(audit))["golive.cuda_fingerprint"]
+    assert cuda.status == Status.WARN and cuda.measured["driver"] == "535.104.05"
+    assert (
+        cuda.evidence[0]
+        == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05)"
+    )
