@@ -156,7 +156,7 @@ class GolivePhase(Phase):
                 w.hourly_cost_delta,
                 w.job_hours,
                 self.settings.long_job_hours,
-            )  # fmt: skip
+            )
             for w in self.settings.workloads
         ]
 
