@@ -81,7 +81,7 @@ def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str
         )
     axes.set_xticks([0, 1], ["write", "read (dots: per shard)"])
     axes.set_ylabel("GB/s (10^9 bytes/s)")
-    axes.set_title(f"checkpoint {checkpoint['bytes'] / 1e9:.2f} GB in {checkpoint['shards']} shards")
+    axes.set_title(f"checkpoint {checkpoint['bytes'] / 1e9:.3g} GB in {checkpoint['shards']} shards")
     return _png(figure)
 
 

@@ -4,6 +4,7 @@ right in headless Chromium; rollback removes a crashed run's checkpoint leftover
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import socket
@@ -141,7 +142,11 @@ def _looks_right_in_chromium(page: Path) -> None:
             width = browser.evaluate(f"document.getElementById('{chart}').naturalWidth")
             assert width and width > 300, chart
         SHOTS.mkdir(parents=True, exist_ok=True)
-        browser.screenshot(SHOTS / "golive-report.png")
+        # The whole page, charts included, not only the window.
+        height = browser.evaluate("document.documentElement.scrollHeight")
+        clip = {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1}
+        shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+        (SHOTS / "golive-report.png").write_bytes(base64.b64decode(shot["data"]))
     finally:
         browser.close()
 
