@@ -8,6 +8,7 @@ replica count and HPA bounds are returned before anything changes, so a crashed 
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,12 +65,23 @@ def _restore(client: Any, api: Any, original: dict[str, Any], namespace: str, do
         done.append(f"Deployment {original['deployment']} back to {original['replicas']} replica(s)")
 
 
-def spike(api: Any, original: dict[str, Any], replicas: int, timeout_s: float, *, poll_s: float = 1.0) -> ScaleUp:
-    """Raise to replicas and time until that many are Ready (polling every poll_s); restore in a finally."""
+def spike(
+    api: Any,
+    original: dict[str, Any],
+    replicas: int,
+    timeout_s: float,
+    *,
+    poll_s: float = 1.0,
+    stop: threading.Event | None = None,
+) -> ScaleUp:
+    """Raise to replicas and time until that many are Ready (polling every poll_s); restore in a finally.
+
+    A set stop event (an interrupted run) ends the wait early, unmeasured; the restore still runs.
+    """
     result = ScaleUp(replicas, original=original)
     try:
         with translated(f"scaling {original['namespace']}/{original['deployment']}"):
-            _raise_and_wait(api, original, replicas, timeout_s, poll_s, result)
+            _raise_and_wait(api, original, replicas, timeout_s, poll_s, result, stop or threading.Event())
     except (PermanentError, TransientError) as exc:
         result.problems.append(str(exc))
     finally:
@@ -81,7 +93,9 @@ def spike(api: Any, original: dict[str, Any], replicas: int, timeout_s: float, *
     return result
 
 
-def _raise_and_wait(api: Any, original: dict, replicas: int, timeout_s: float, poll_s: float, result: ScaleUp) -> None:
+def _raise_and_wait(
+    api: Any, original: dict, replicas: int, timeout_s: float, poll_s: float, result: ScaleUp, stop: threading.Event
+) -> None:
     from kubernetes import client
 
     apps, namespace, name = client.AppsV1Api(api), original["namespace"], original["deployment"]
@@ -104,4 +118,6 @@ def _raise_and_wait(api: Any, original: dict, replicas: int, timeout_s: float, p
         if time.monotonic() - started >= timeout_s:
             result.problems.append(f"only {ready} of {replicas} replica(s) Ready after {timeout_s:g} s")
             return
-        time.sleep(poll_s)
+        if stop.wait(poll_s):
+            result.problems.append(f"interrupted with {ready} of {replicas} replica(s) Ready")
+            return

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -153,9 +154,13 @@ def measure(
     *,
     profiles: Mapping[str, Profile],
     settings: TransferSettings,
+    stop: threading.Event | None = None,
 ) -> Measurement:
     """Write source to target_url (run_url(): fresh, its own) through the transfer engine, read it back and
-    verify every shard's SHA-256, then delete everything under target_url, whatever failed."""
+    verify every shard's SHA-256, then delete everything under target_url, whatever failed.
+
+    A set stop event (an interrupted run) ends the write early: no figures, and the cleanup still runs.
+    """
     result = Measurement(target_url, source.total, len(source.files))
     try:
         with tempfile.TemporaryDirectory(prefix="ferry-ckpt-state-") as state_dir:
@@ -164,11 +169,15 @@ def measure(
             state = TransferState(Path(state_dir), src.url, target.url, "")
             try:
                 started = time.perf_counter()
-                stats: Stats = Transfer(src, target, state, settings).run()
+                stats: Stats = Transfer(src, target, state, settings, stop=stop).run()
                 result.write_s = time.perf_counter() - started
             finally:
                 state.close()
                 src.close()
+            if stats.interrupted or (stop is not None and stop.is_set()):
+                result.problems.append("interrupted: the run was stopped during the write")
+                target.close()
+                return result
             if stats.failed or stats.copied != len(source.files):
                 result.problems += [f"write: {line}" for line in stats.failures[:10]] or [
                     f"write: {stats.copied} of {len(source.files)} shards copied ({stats.skipped} already there)"

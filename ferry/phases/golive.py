@@ -318,7 +318,9 @@ class GolivePhase(Phase):
         audit.write_json(self.name, "checkpoint-target.json", {"url": url})
         source = checkpoint.synthetic(self.loaded.state_dir / "golive" / "synthetic", s.size, s.shards)
         settings = TransferSettings(threads=s.threads)
-        result = checkpoint.measure(source, url, profiles=self.loaded.plan.profiles, settings=settings)
+        result = checkpoint.measure(
+            source, url, profiles=self.loaded.plan.profiles, settings=settings, stop=reporter.stopping
+        )
         log.info("checkpoint measured", write=result.write_gb_per_s, read=result.read_gb_per_s)
         return {"result": result.to_dict(), "reason": ""}
 
@@ -336,7 +338,7 @@ class GolivePhase(Phase):
             original = autoscale.snapshot(api, cluster.namespace, s.deployment, s.hpa)
             # Journalled before anything changes: rollback restores it if this run dies before its finally.
             audit.write_json(self.name, "autoscaling-original.json", original)
-            result = autoscale.spike(api, original, s.replicas, s.timeout_s, poll_s=s.poll_s)
+            result = autoscale.spike(api, original, s.replicas, s.timeout_s, poll_s=s.poll_s, stop=reporter.stopping)
             if result.restored:
                 audit.write_json(self.name, "autoscaling-restored.json", {"restored": True})
             return {"seconds": result.seconds, "evidence": result.evidence, "problems": result.problems}

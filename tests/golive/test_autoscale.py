@@ -129,3 +129,13 @@ def test_a_missing_deployment_and_an_absent_cluster(emulator: KubeEmulator, tmp_
     emulator.stop()
     with pytest.raises(TransientError, match="did not answer"):
         autoscale.snapshot(kube.api_client(kubeconfig, "emulator"), "default", "llama-serve", None)
+
+
+def test_an_interrupt_ends_the_wait_and_still_restores(emulator: KubeEmulator) -> None:
+    emulator.seed(deployment())
+    api = emulator.api_client()
+    stop = threading.Event()
+    stop.set()
+    result = autoscale.spike(api, autoscale.snapshot(api, "default", "llama-serve", None), 8, 60, stop=stop)
+    assert result.problems == ["interrupted with 2 of 8 replica(s) Ready"] and result.restored
+    assert emulator.get("apps/v1", "Deployment", "llama-serve", "default")["spec"]["replicas"] == 2

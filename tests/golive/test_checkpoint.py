@@ -93,3 +93,16 @@ def test_an_unreachable_target_reports_the_problem_without_figures(tmp_path, mot
     source = synthetic(tmp_path / "cache", 1 << 20, 2)
     result = measure(source, run_url("s3://no-such-bucket-here", "ckpt", "r"), profiles={}, settings=SETTINGS)
     assert result.write_gb_per_s is None and result.read_gb_per_s is None and result.problems
+
+
+def test_an_interrupt_stops_the_write_and_still_cleans_up(tmp_path) -> None:
+    import threading
+
+    source = synthetic(tmp_path / "cache", 2 << 20, 2)
+    stop = threading.Event()
+    stop.set()
+    url = run_url(str(tmp_path / "target"), "golive/ckpt", "run-stopped")
+    result = measure(source, url, profiles={}, settings=SETTINGS, stop=stop)
+    assert result.problems == ["interrupted: the run was stopped during the write"]
+    assert result.write_gb_per_s is None and "aborted" in result.cleanup
+    assert not [p for p in (tmp_path / "target").rglob("*") if p.is_file()]
