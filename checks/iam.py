@@ -110,13 +110,16 @@ def check_rbac_bindings(docs: list[dict], mapping: Mapping) -> CheckResult:
     )
 
 
-def check_rbac_schema(docs: list[dict], kubernetes_version: str | None) -> CheckResult:
-    """Every rendered object validates, strictly, against the Kubernetes OpenAPI schema of the version."""
+def check_rbac_schema(docs: list[dict], kubernetes_version: str | None, name: str = "iam.rbac_schema") -> CheckResult:
+    """Every rendered object validates, strictly, against the Kubernetes OpenAPI schema of the version.
+
+    name: the check's name (the go-live phase validates its probe Jobs with it too).
+    """
     import kubernetes_validate
     from kubernetes_validate.utils import VersionNotSupportedError
 
     version = kubernetes_version or kubernetes_validate.latest_version()
-    name, measured = "iam.rbac_schema", {"objects": len(docs), "kubernetes": version}
+    measured = {"objects": len(docs), "kubernetes": version}
     try:
         kubernetes_validate.validate(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "probe"}}, version, strict=True

@@ -62,6 +62,10 @@ plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration
 app.add_typer(plan_app, name="plan")
 iam_app = typer.Typer(no_args_is_help=True, help="Explain the iam phase's mapping.")
 app.add_typer(iam_app, name="iam")
+golive_app = typer.Typer(no_args_is_help=True, help="Go-live checks that need no plan: CUDA against driver, placement.")
+app.add_typer(golive_app, name="golive")
+probe_app = typer.Typer(no_args_is_help=True, help="The interconnect probe: TCP/UDP ping-pong round trips.")
+app.add_typer(probe_app, name="probe")
 
 
 def _print_version(wanted: bool) -> None:
@@ -102,6 +106,95 @@ def plan_validate(
         markup=False,
         highlight=False,
     )
+
+
+@golive_app.command("cuda-check")
+def golive_cuda_check(
+    cuda: Annotated[str, typer.Option(help="The image's CUDA toolkit version, e.g. 12.4.1")],
+    driver: Annotated[str, typer.Option(help="The nodes' NVIDIA driver version, e.g. 550.54.15")],
+) -> None:
+    """One toolkit against one driver by NVIDIA's table: PASS, WARN (minor-version compatibility only) or FAIL."""
+    from ferry.golive.cuda import check
+
+    try:
+        verdict = check(cuda, driver)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out.print(verdict.line(), markup=False, highlight=False, soft_wrap=True)
+    if verdict.status == Status.FAIL:
+        raise typer.Exit(1)
+
+
+@golive_app.command("placement")
+def golive_placement(
+    params: Annotated[str, typer.Option(help="Parameter count: 405e9 or 405B")],
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes the job runs on")],
+    virt_overhead: Annotated[
+        float, typer.Option(min=0.0, help="Iteration slowdown under virtualisation, a fraction (0.14 is 14%)")
+    ],
+    hourly_cost_delta: Annotated[float, typer.Option(help="What that overhead costs, $ per hour")],
+    job_hours: Annotated[float | None, typer.Option(min=0.0, help="The job's length in hours")] = None,
+    long_job_hours: Annotated[float, typer.Option(min=0.0, help="Rule 3 applies to jobs longer than this")] = 72.0,
+) -> None:
+    """Bare metal or managed Kubernetes for one workload: the advice first, then which rule decided and why."""
+    from ferry.golive.placement import Workload, advise, parse_params
+
+    try:
+        count = parse_params(params)
+    except ValueError as exc:
+        raise UsageError(f"--params: {exc}") from None
+    workload = Workload("workload", count, nodes, virt_overhead, hourly_cost_delta, job_hours, long_job_hours)
+    for line in advise(workload).lines():
+        out.print(line, markup=False, highlight=False)
+
+
+@probe_app.command("serve")
+def probe_serve(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on")] = 7447,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "0.0.0.0",
+    protocol: Annotated[str, typer.Option(help="tcp or udp")] = "tcp",
+    size: Annotated[int, typer.Option(min=8, help="Message size in bytes (as the client sends)")] = 64,
+    sessions: Annotated[int, typer.Option(min=0, help="Clients to serve, then exit (0: until interrupted)")] = 0,
+) -> None:
+    """Echo the probe's round trips (the server end of `ferry probe ping`)."""
+    from ferry.golive import probe
+
+    if protocol not in ("tcp", "udp"):
+        raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    try:
+        probe.serve(
+            host, port, protocol, size=size, sessions=sessions,
+            ready=lambda bound: err.print(f"probe: serving {protocol} on {host}:{bound}", markup=False),
+        )  # fmt: skip
+    except OSError as exc:
+        raise UsageError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+@probe_app.command("ping")
+def probe_ping(
+    server: Annotated[str, typer.Option(help="The serving end, host:port")],
+    protocol: Annotated[str, typer.Option(help="tcp or udp")] = "tcp",
+    samples: Annotated[int, typer.Option(min=1, help="Round trips timed")] = 20000,
+    warmup: Annotated[int, typer.Option(min=0, help="Round trips before them, not timed")] = 100,
+    size: Annotated[int, typer.Option(min=8, help="Message size in bytes")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (every sample included)")] = False,
+) -> None:
+    """Time round trips to a `ferry probe serve`: p50, p99, p99.9, max (nearest-rank) with counts and a histogram."""
+    from ferry.golive import probe
+
+    if protocol not in ("tcp", "udp"):
+        raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    try:
+        result = probe.ping(server, protocol, samples, warmup=warmup, size=size)
+    except ValueError as exc:
+        raise UsageError(f"--server: {exc}") from None
+    except OSError as exc:
+        raise FerryError(f"probe to {server} failed: {exc}") from None
+    if as_json:
+        out.print(json.dumps(result), markup=False, highlight=False, soft_wrap=True)
+        return
+    for line in probe.text(result):
+        out.print(line, markup=False, highlight=False)
 
 
 @plan_app.command("show")
