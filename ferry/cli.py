@@ -119,7 +119,7 @@ def plan_show(
         out.print(f"{phase}{pause}: {summary}", markup=False, highlight=False)
     t = loaded.target
     out.print(
-        f"target profile {t.name}: base image {t.base_image}; GPU resource {t.gpu_resource}; "
+        f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
         f"annotations {', '.join(f'{k}: {v}' for k, v in t.pod_annotations.items()) or 'none'}",
         markup=False,
         highlight=False,
