@@ -8,6 +8,8 @@ blank lines, heredoc bodies, a BOM and CRLF endings come out byte for byte as th
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -121,6 +123,10 @@ class Rebased:
     original: str
     text: str
     bases: list[Base] = field(default_factory=list)
+    # Stage name -> the image its chain of stages starts from, after the rebase (None: scratch).
+    stages: dict[str, str | None] = field(default_factory=dict)
+    # The image the final stage starts from, after the rebase (None: scratch, or no FROM at all).
+    final_base: str | None = None
     # Why the SDK steps were not added to a rebased file (its final stage starts from scratch), else None.
     sdk_skipped: str | None = None
 
@@ -217,14 +223,15 @@ def rebase(
     eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     args: dict[str, str | None] = {}
     arg_at: dict[str, tuple[dockerfile.Command, str]] = {}
-    # Stage name -> whether the chain of stages it builds on starts from scratch.
-    from_scratch: dict[str, bool] = {}
+    # Stage name -> the image its chain of stages starts from (as the build sees it), None for scratch.
+    roots: dict[str, str | None] = {}
     bases: list[Base] = []
-    froms: list[tuple[dockerfile.Command, Base, bool]] = []
+    froms: list[tuple[dockerfile.Command, Base]] = []
     edits: list[tuple[dockerfile.Command, str, str]] = []
     arg_edits: dict[str, str] = {}
     targets = [repository(r) for r in target_repositories]
     seen_from = False
+    final_root: str | None = None
     for cmd in commands:
         keyword = cmd.cmd.upper()
         if keyword == "ARG" and not seen_from:
@@ -240,18 +247,20 @@ def rebase(
         written = cmd.value[0]
         alias = cmd.value[2].lower() if len(cmd.value) >= 3 and cmd.value[1].lower() == "as" else None
         image = expand(written, {**args, **(build_args or {})})
-        scratch, to = False, None
-        if image is not None and image.lower() in from_scratch:
+        to: str | None = None
+        root = image or written
+        if image is not None and image.lower() in roots:
             kind: BaseKind = "stage"
-            scratch = from_scratch[image.lower()]
+            root = roots[image.lower()]
         elif image is not None and image.lower() == "scratch":
-            kind, scratch = "scratch", True
+            kind, root = "scratch", None
         elif image is None:
             kind = "unmapped"
         else:
             rule = find_rule(image, rules)
             if rule is not None:
                 kind, to = "rebased", rule.to
+                root = rule.to
                 var = _ONE_VAR.match(written)
                 var_name = (var.group("braced") or var.group("bare")) if var else None
                 if var_name and args.get(var_name) and not (build_args and var_name in build_args):
@@ -264,10 +273,11 @@ def rebase(
                 kind = "unmapped" if rules else "target"
         base = Base(cmd.start_line, written, image, kind, to)
         bases.append(base)
-        froms.append((cmd, base, scratch))
+        froms.append((cmd, base))
         if alias:
-            from_scratch[alias] = scratch
-    result = Rebased(name, text, text, bases)
+            roots[alias] = root
+        final_root = root
+    result = Rebased(name, text, text, bases, roots, final_root if froms else None)
     if not result.rebased:
         return result
     for var_name, to in arg_edits.items():
@@ -276,8 +286,8 @@ def rebase(
         _replace_in_span(name, lines, cmd.start_line, cmd.end_line, (), f"{var_name}={default}", new)
     for cmd, written, to in edits:
         _replace_in_span(name, lines, cmd.start_line, cmd.end_line, cmd.flags, written, to)
-    final_cmd, final, scratch = froms[-1]
-    if scratch:
+    final_cmd, final = froms[-1]
+    if result.final_base is None:
         result.sdk_skipped = f"line {final.line}: the final stage starts from scratch"
     elif sdk_steps:
         last = final_cmd.end_line - 1
@@ -295,3 +305,42 @@ def _unquote(value: str) -> str:
 def _requote(written: str, new: str) -> str:
     """new, in the quotes written had (if any)."""
     return f"{written[0]}{new}{written[0]}" if _unquote(written) != written else new
+
+
+def content_hash(dockerfile_text: str, context: Path, build_args: dict[str, str], extra: Sequence[str] = ()) -> str:
+    """A digest of what a build's result depends on: the rebased Dockerfile, every file of the context, the args.
+
+    Stored as a label on the image, so a rebuild whose inputs did not change is skipped.
+    """
+    digest = hashlib.sha256()
+    digest.update(dockerfile_text.encode("utf-8") + b"\0")
+    for key in sorted(build_args):
+        digest.update(f"arg {key}={build_args[key]}\0".encode())
+    for item in extra:
+        digest.update(f"{item}\0".encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
+        relative = path.relative_to(context).as_posix()
+        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest.update(f"file {relative} {len(body)}\0".encode() + body)
+    return "sha256:" + digest.hexdigest()
+
+
+_CUDA_ENV = ("CUDA_VERSION", "NV_CUDA_CUDART_VERSION", "NV_CUDA_LIB_VERSION")
+_CUDA_LABELS = ("com.nvidia.cuda.version", "cuda.version")
+
+
+def cuda_version(config: dict | None) -> str | None:
+    """The CUDA toolkit an image config names (its CUDA_VERSION or NV_CUDA_* env, else a label), None if none."""
+    inner = (config or {}).get("config") or {}
+    env = dict(item.partition("=")[::2] for item in inner.get("Env") or [])
+    labels = inner.get("Labels") or {}
+    for value in [env.get(k) for k in _CUDA_ENV] + [labels.get(k) for k in _CUDA_LABELS]:
+        if value:
+            return value
+    return None
+
+
+def match_tags(pattern: str, tags: Sequence[str]) -> list[str]:
+    """The tags that pattern (`*` spanning any characters) matches, sorted."""
+    regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    return sorted(t for t in tags if regex.fullmatch(t))

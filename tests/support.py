@@ -147,13 +147,15 @@ def start_azurite() -> Server:
 
 
 def start_registry() -> Server:
-    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir."""
+    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir, deletes enabled."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="ferry-registry-"))
     config = workdir / "config.yml"
     config.write_text(
         "version: 0.1\n"
         f"storage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
+        # Deletes by digest, as the images phase's rollback needs (the registry refuses them by default).
+        "  delete:\n    enabled: true\n"
         f"http:\n  addr: 127.0.0.1:{port}\n"
         "log:\n  level: error\n"
     )

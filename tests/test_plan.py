@@ -146,7 +146,12 @@ MALFORMED = [
         "nope.yaml: cannot read",
     ),
     ("unknown connector type", swap("type: s3", "type: ftp"), ":9:", "profiles.meta.type"),
-    ("unavailable phase", swap("phases:\n", "phases:\n  images: {}\n"), ":13:", "phase 'images' is not available"),
+    (
+        "unavailable phase",
+        swap("phases:\n", "phases:\n  manifests: {}\n"),
+        ":13:",
+        "phase 'manifests' is not available",
+    ),
     (
         "iam phase without IAM sources",
         swap("phases:\n", "phases:\n  iam: {namespace: ml}\n"),
@@ -209,9 +214,9 @@ MALFORMED = [
     ("unknown phase setting", swap("threads: 64", "threads: 64\n    turbo: true"), ":15:", "turbo: unknown field"),
     (
         "approval of a phase not enabled",
-        swap("approve_before: [data_sync]", "approve_before: [images]"),
+        swap("approve_before: [data_sync]", "approve_before: [manifests]"),
         None,
-        "approve_before names 'images'",
+        "approve_before names 'manifests'",
     ),
     ("bad cron", swap('schedule: "0 2 * * *"', 'schedule: "every night"'), ":20:", "not a cron expression"),
     ("cron hour out of range", swap('schedule: "0 2 * * *"', 'schedule: "0 25 * * *"'), ":20:", "'0 25 * * *'"),
