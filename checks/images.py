@@ -27,18 +27,21 @@ def check_image_tools(tools: list[str]) -> CheckResult:
     return CheckResult("images.tools", status, {"missing": len(missing)}, {"tools": tools}, evidence)
 
 
-def check_images_on_target(records: list[ImageRecord], registry_of: RegistryOf) -> CheckResult:
-    """Each image's tag on the target registry resolves to the digest the run recorded."""
-    evidence = []
+def check_images_on_target(planned: list[str], records: list[ImageRecord], registry_of: RegistryOf) -> CheckResult:
+    """Every planned image was recorded by the run, and its tag on the target resolves to the recorded digest."""
+    recorded = {r.target: r for r in records}
+    evidence = [
+        f"{target}: the run recorded no image (not built, not copied)" for target in planned if target not in recorded
+    ]
     try:
         for r in records:
             found = _digest(registry_of, r.target)
             if found != r.digest:
                 evidence.append(f"{r.target}: registry holds {found or 'nothing'}, the run recorded {r.digest}")
     except RegistryError as exc:
-        return CheckResult("images.on_target", Status.FAIL, {"images": len(records)}, {}, [str(exc)])
+        return CheckResult("images.on_target", Status.FAIL, {"planned": len(planned)}, {}, [str(exc)])
     status = Status.FAIL if evidence else Status.PASS
-    return CheckResult("images.on_target", status, {"images": len(records), "wrong": len(evidence)}, {}, evidence)
+    return CheckResult("images.on_target", status, {"planned": len(planned), "wrong": len(evidence)}, {}, evidence)
 
 
 def check_copied_digests(records: list[ImageRecord], registry_of: RegistryOf) -> CheckResult:

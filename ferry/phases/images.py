@@ -311,7 +311,7 @@ class ImagesPhase(Phase):
                 name = item.image if step == "build" else item["name"]
                 try:
                     future.result()
-                except FerryError as exc:
+                except (FerryError, OSError) as exc:
                     # One image failing fails that image: the others finish, then the step reports them all.
                     journal.add("failed", {"image": name, "error": str(exc)})
                     log.error("image failed", step=step, image=name, error=str(exc))
@@ -381,16 +381,17 @@ class ImagesPhase(Phase):
             self._record(journal, source, target, digest, "rebuilt", prepared["base"])
             log.info("rebuild skipped: the target holds this content hash", image=entry.image)
             return
+        labels = {SOURCE_LABEL: source, HASH_LABEL: prepared["hash"]}
+        if self.settings.builder == "kaniko":
+            # The cluster builds and pushes it; a later run finds its content hash on the target and records it.
+            self._render_kaniko(entry, prepared, labels, audit)
+            return
         base_name = normalise(prepared["base"]) if prepared["base"] else None
         base_digest = self._digest(base_name) if base_name else None
         if base_name and base_digest is None:
             raise PermanentError(f"{entry.image}: its base {base_name} is not on its registry")
-        labels = {SOURCE_LABEL: source, HASH_LABEL: prepared["hash"]}
         annotations = {BASE_NAME: base_name, BASE_DIGEST: base_digest} if base_name else {}
         previous = self._previous(target)
-        if self.settings.builder == "kaniko":
-            self._render_kaniko(entry, prepared, labels, audit)
-            return
         if self.settings.builder == "buildah":
             digest = self._buildah(entry, prepared, labels, annotations, audit, authfile)
         else:
@@ -474,6 +475,7 @@ class ImagesPhase(Phase):
                 },
             },
         }
+        audit.path("images", "kaniko").mkdir(exist_ok=True)
         audit.write_text("images", f"kaniko/{_slug(entry.image)}.yaml", yaml.safe_dump(job, sort_keys=False))
 
     def _expand_copies(self) -> list[dict[str, str]]:
@@ -574,8 +576,10 @@ class ImagesPhase(Phase):
         file = audit.root / "images" / "build.json"
         if file.exists():
             unmapped = json.loads(file.read_text(encoding="utf-8")).get("unmapped", [])
+        planned = [self.target_ref(d.image) for d in self.settings.dockerfiles]
+        planned += [c["target"] for c in self._expand_copies()]
         return [
-            check_images_on_target(records, self.registry),
+            check_images_on_target(planned, records, self.registry),
             check_copied_digests(records, self.registry),
             check_base_annotations(records, self.registry),
             check_not_source(records, str(self.loaded.plan.source.registry or "")),

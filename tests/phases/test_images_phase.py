@@ -259,3 +259,28 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     )
     assert regs.digest(moved) == base.digest
     assert regs.digest(f"{regs.tgt}/moved/eval:keep") == eval_digest
+
+
+def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries: Registries, tmp_path: Path) -> None:
+    import kubernetes_validate
+    import yaml
+
+    regs = registries
+    plan = _plan(tmp_path, regs, {"trainer:k1": TRAINER, "plain:1": "FROM python:3.11-slim\nRUN true\n"}, [])
+    plan.write_text(plan.read_text() + "    builder: kaniko\n")
+    phase = open_phase(load_plan(plan), "images")
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
+    assert phase.run("build", audit, Reporter())["pushed"] == 0
+    job = yaml.safe_load((audit.root / "images" / "kaniko" / "trainer_k1.yaml").read_text())
+    kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--destination={regs.tgt}/ai/trainer:k1" in args
+    assert any(a.startswith("--label=io.ferry.content-hash=sha256:") for a in args)
+
+    results = {r.name: r for r in phase.gate(audit)}
+    assert results["images.on_target"].status == Status.FAIL
+    assert f"{regs.tgt}/ai/trainer:k1: the run recorded no image (not built, not copied)" in (
+        results["images.on_target"].evidence
+    )
+    unmapped = results["images.unmapped_bases"]
+    assert (unmapped.status, unmapped.evidence) == (Status.FAIL, ["plain:1: line 1: python:3.11-slim"])
