@@ -169,6 +169,30 @@ def start_registry() -> Server:
     return Server(proc=proc, port=port, workdir=workdir)
 
 
+def buildah(work: Path, *args: str) -> str:
+    """Run buildah with its storage under work (vfs, as the images phase does); its stdout."""
+    root = ["--root", str(work / "root"), "--runroot", str(work / "run"), "--storage-driver", "vfs"]
+    return subprocess.run(["buildah", *root, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def busybox_image(work: Path, name: str, arch: str, env: list[str]) -> None:
+    """A local image `name` of Debian's busybox-static (.ci/run installs it), its architecture declared as arch.
+
+    Only amd64 ones ever run here: the others are for multi-platform indexes, assembled without emulation.
+    """
+    rootfs = work / f"rootfs-{arch}"
+    if not rootfs.exists():
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
+        for tool in ("sh", "echo", "cat", "false"):
+            (rootfs / "bin" / tool).symlink_to("busybox")
+        (rootfs / "arch").write_text(arch)
+    container = buildah(work, "from", "scratch")
+    buildah(work, "copy", container, str(rootfs), "/")
+    buildah(work, "config", "--arch", arch, "--env", "PATH=/bin", *(x for e in env for x in ("--env", e)), container)
+    buildah(work, "commit", "--format", "oci", "--rm", container, name)
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `ferry ARGS...` run in this process (it sees phases registered here)."""
     import pytest

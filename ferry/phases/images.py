@@ -1,9 +1,10 @@
 """The images phase: rebase Dockerfiles onto the target's bases, rebuild and push them; copy the other images.
 
-Steps: `build` (rebase, build and push each Dockerfile, in a bounded pool), `copy` (registry to registry with
-skopeo, digests kept), `publish` (the digest map the manifests and go-live phases read). Every tag a step
-pushes is journaled in the run's audit folder with the manifest it replaced, so rollback deletes exactly the
-tags the run pushed, or puts a moved tag back on its previous manifest.
+One step: builds (rebase, build and push each Dockerfile) and copies (registry to registry with skopeo, digests
+kept) in one bounded pool, then, when every image is there, the digest map the manifests and go-live phases
+read is published. It is one step because the pipeline runs a phase's steps at once and the map needs them all.
+Every tag pushed is journaled in the run's audit folder with the manifest it replaced, so rollback deletes
+exactly the tags the run pushed, or puts a moved tag back on its previous manifest.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ferry.errors import FerryError, PermanentError, UsageError
 from ferry.images import Rebased, content_hash, cuda_version, match_tags, normalise, read_dockerfile, rebase
 from ferry.oci import Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
-from ferry.plan import BaseImageRule, Plan
+from ferry.plan import BaseImageRule, LoadedPlan, Plan
 from ferry.results import CheckResult
 
 log = structlog.get_logger("ferry.phases.images")
@@ -109,6 +110,8 @@ class ImagesSettings(Settings):
         images = [d.image for d in self.dockerfiles]
         if len(set(images)) != len(images):
             raise ValueError("two dockerfiles build the same image")
+        if clash := set(images) & set(self.copy_images):
+            raise ValueError(f"{', '.join(sorted(clash))}: both rebuilt from a Dockerfile and copied")
         return self
 
 
@@ -135,11 +138,15 @@ def _run_tool(argv: list[str], what: str) -> str:
     return done.stdout
 
 
-class _Journal:
-    """The tags a step pushed, each with the digest it pushed and the manifest it replaced (thread-safe)."""
+JOURNAL = "journal.json"
 
-    def __init__(self, audit: AuditFolder, step: str):
-        self._file = audit.path("images", f"{step}.json")
+
+class _Journal:
+    """The tags a run pushed (each with its digest and the manifest it replaced), its records, skips, failures
+    and unmapped bases; rewritten on every change, so a crash keeps what rollback needs (thread-safe)."""
+
+    def __init__(self, audit: AuditFolder):
+        self._file = audit.path("images", JOURNAL)
         self._kept = audit.path("images", "kept")
         self._kept.mkdir(exist_ok=True)
         self._lock = threading.Lock()
@@ -166,7 +173,7 @@ class ImagesPhase(Phase):
     settings_model = ImagesSettings
     gate_model = ImagesGate
 
-    def __init__(self, loaded: Any):
+    def __init__(self, loaded: LoadedPlan):
         super().__init__(loaded)
         self._registries: dict[str, Registry] = {}
         self._registries_lock = threading.Lock()
@@ -289,43 +296,33 @@ class ImagesPhase(Phase):
         return f"{self.loaded.plan.target.registry}/{image}"
 
     # -- a run ------------------------------------------------------------------------------------
-    def steps(self) -> list[str]:
-        return [
-            *(["build"] if self.settings.dockerfiles else []),
-            *(["copy"] if self.settings.copy_images else []),
-            "publish",
-        ]
-
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
-        if step == "publish":
-            return self._publish(audit)
-        journal = _Journal(audit, step)
-        work: list[Any]
-        if step == "build":
-            work, one = list(self.settings.dockerfiles), self._build_one
-        else:
-            work, one = self._expand_copies(), self._copy_one
+        """Build and copy every image (one failing fails only itself), then publish the digest map."""
+        journal = _Journal(audit)
+        work: list[tuple[str, Any]] = [(d.image, d) for d in self.settings.dockerfiles]
+        work += [(c["name"], c) for c in self._expand_copies()]
         with self._authfile() as authfile, ThreadPoolExecutor(max_workers=self.settings.parallel) as pool:
-            futures = {pool.submit(one, item, audit, journal, authfile): item for item in work}
-            for future, item in futures.items():
-                name = item.image if step == "build" else item["name"]
+            futures = {
+                pool.submit(
+                    self._build_one if isinstance(item, DockerfileEntry) else self._copy_one,
+                    item,
+                    audit,
+                    journal,
+                    authfile,
+                ): name
+                for name, item in work
+            }
+            for future, name in futures.items():
                 try:
                     future.result()
                 except (FerryError, OSError) as exc:
-                    # One image failing fails that image: the others finish, then the step reports them all.
                     journal.add("failed", {"image": name, "error": str(exc)})
-                    log.error("image failed", step=step, image=name, error=str(exc))
+                    log.error("image failed", image=name, error=str(exc))
         data = journal.data
-        summary = {
-            "step": step,
-            "pushed": len(data["pushed"]),
-            "skipped": len(data["skipped"]),
-            "failed": len(data["failed"]),
-        }
         if data["failed"]:
             failed = "; ".join(f"{f['image']}: {f['error']}" for f in data["failed"])
-            raise PermanentError(f"images {step}: {len(data['failed'])} of {len(work)} failed: {failed}")
-        return summary
+            raise PermanentError(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
+        return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), **self._publish(audit)}
 
     def changed(self, summaries: list[dict[str, Any]]) -> bool:
         return any(s.get("pushed") or s.get("changed") for s in summaries)
@@ -414,7 +411,8 @@ class ImagesPhase(Phase):
         state = self.loaded.state_dir / "images" / "buildah"
         buildah = ["buildah", "--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
         target = prepared["target"]
-        tls = f"--tls-verify={str(self._tls(target, *(prepared['base'] and [prepared['base']] or []))).lower()}"
+        pulled = [normalise(prepared["base"])] if prepared["base"] else []
+        tls = f"--tls-verify={str(self._tls(target, *pulled)).lower()}"
         argv = [*buildah, "bud", "--isolation", "chroot", "--format", "oci", tls, *authfile, "--pull"]
         argv += ["--platform", self.settings.platforms[0], "-f", str(prepared["dockerfile"]), "-t", target]
         argv += [x for k, v in entry.build_args.items() for x in ("--build-arg", f"{k}={v}")]
@@ -545,16 +543,17 @@ class ImagesPhase(Phase):
         record = ImageRecord(source, target, digest, kind, cuda)  # type: ignore[arg-type]
         journal.add("records", asdict(record))
 
-    def records(self, audit_root: Path) -> list[ImageRecord]:
-        """Every image record the run's build and copy steps wrote."""
-        records = []
-        for step in ("build", "copy"):
-            file = audit_root / "images" / f"{step}.json"
-            if file.exists():
-                records += [ImageRecord(**r) for r in json.loads(file.read_text(encoding="utf-8"))["records"]]
-        return records
+    @staticmethod
+    def journal(audit_root: Path) -> dict[str, list[dict[str, Any]]]:
+        """What the run journaled (empty when it pushed and recorded nothing)."""
+        file = audit_root / "images" / JOURNAL
+        return json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
 
-    def _publish(self, audit: AuditFolder) -> dict[str, Any]:
+    def records(self, audit_root: Path) -> list[ImageRecord]:
+        """Every image record the run wrote."""
+        return [ImageRecord(**r) for r in self.journal(audit_root).get("records", [])]
+
+    def _publish(self, audit: AuditFolder) -> dict[str, bool | int]:
         """Publish the digest map (keeping the one it replaces for rollback); a copy goes to the audit folder."""
         records = self.records(audit.root)
         published = digest_map.path(self.loaded.state_dir)
@@ -567,15 +566,12 @@ class ImagesPhase(Phase):
         audit.write_text("images", "digests.json", text)
         for r in records:
             log.info("image published", source=r.source, target=r.pinned, kind=r.kind, cuda=r.cuda)
-        return {"step": "publish", "images": len(records), "changed": previous != text}
+        return {"images": len(records), "changed": previous != text}
 
     # -- the gate ---------------------------------------------------------------------------------
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         records = self.records(audit.root)
-        unmapped = []
-        file = audit.root / "images" / "build.json"
-        if file.exists():
-            unmapped = json.loads(file.read_text(encoding="utf-8")).get("unmapped", [])
+        unmapped = self.journal(audit.root).get("unmapped", [])
         planned = [self.target_ref(d.image) for d in self.settings.dockerfiles]
         planned += [c["target"] for c in self._expand_copies()]
         return [
@@ -594,18 +590,12 @@ class ImagesPhase(Phase):
         done_file = folder / "rollback.json"
         if done_file.exists():
             return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
-        items: list[str] = []
-        for step in [s for s in ("publish", "copy", "build") if steps is None or s in steps]:
-            if step == "publish":
-                items += self._undo_publish(folder, dry_run)
-                continue
-            file = folder / f"{step}.json"
-            if file.exists():
-                pushed = json.loads(file.read_text(encoding="utf-8"))["pushed"]
-                # Tags this run created may share a digest: deleting it removes them together, nothing else.
-                ours = {e["target"] for e in pushed if not e["previous"]}
-                for entry in reversed(pushed):
-                    items.append(self._undo_push(folder, entry, ours, dry_run))
+        items = self._undo_publish(folder, dry_run)
+        pushed = self.journal(audit_root).get("pushed", [])
+        # Tags this run created may share a digest: deleting it removes them together, and nothing else.
+        ours = {e["target"] for e in pushed if not e["previous"]}
+        for entry in reversed(pushed):
+            items.append(self._undo_push(folder, entry, ours, dry_run))
         if not items:
             return Undo(f"nothing to undo: run {audit_root.name} pushed and published nothing")
         text = f"{'would undo' if dry_run else 'undid'} {len(items)} change(s) of run {audit_root.name}"

@@ -8,7 +8,6 @@ registry (with CUDA_VERSION in its config, as NGC's images carry it); the two-pl
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +22,7 @@ from ferry.oci import Reference, Registry
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status
-from tests.support import Server, start_registry
-
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (.ci/run installs it)
+from tests.support import Server, buildah, busybox_image, start_registry
 
 TRAINER = """\
 # the trainer, as the team wrote it
@@ -58,26 +55,6 @@ class Registries:
         return self.client(ref.host).digest(ref.repository, ref.ref)
 
 
-def _buildah(work: Path, *args: str) -> str:
-    root = ["--root", str(work / "root"), "--runroot", str(work / "run"), "--storage-driver", "vfs"]
-    return subprocess.run(["buildah", *root, *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _image(work: Path, name: str, arch: str, env: list[str]) -> None:
-    """A busybox image committed as name, its architecture declared as arch (only amd64 ones ever run)."""
-    rootfs = work / f"rootfs-{arch}"
-    if not rootfs.exists():
-        (rootfs / "bin").mkdir(parents=True)
-        shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
-        for tool in ("sh", "echo", "cat", "false"):
-            (rootfs / "bin" / tool).symlink_to("busybox")
-        (rootfs / "arch").write_text(arch)
-    container = _buildah(work, "from", "scratch")
-    _buildah(work, "copy", container, str(rootfs), "/")
-    _buildah(work, "config", "--arch", arch, "--env", "PATH=/bin", *(x for e in env for x in ("--env", e)), container)
-    _buildah(work, "commit", "--format", "oci", "--rm", container, name)
-
-
 @pytest.fixture(scope="module")
 def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registries]:
     source, target = start_registry(), start_registry()
@@ -85,16 +62,16 @@ def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registries]
     try:
         work, src = regs.work, regs.src
         push = ("push", "--tls-verify=false")
-        _image(work, "busy-meta", "amd64", ["CUDA_VERSION=12.4.1"])
-        _buildah(work, *push, "busy-meta", f"docker://{src}/base/busy-meta:1")
-        _image(work, "tok-amd64", "amd64", [])
-        _image(work, "tok-arm64", "arm64", [])
-        _buildah(work, "manifest", "create", "tok")
-        _buildah(work, "manifest", "add", "--arch", "amd64", "tok", "containers-storage:localhost/tok-amd64")
-        _buildah(work, "manifest", "add", "--arch", "arm64", "tok", "containers-storage:localhost/tok-arm64")
-        _buildah(work, "manifest", "push", "--all", "--tls-verify=false", "tok", f"docker://{src}/ml/tokenizer:1.0")
+        busybox_image(work, "busy-meta", "amd64", ["CUDA_VERSION=12.4.1"])
+        buildah(work, *push, "busy-meta", f"docker://{src}/base/busy-meta:1")
+        busybox_image(work, "tok-amd64", "amd64", [])
+        busybox_image(work, "tok-arm64", "arm64", [])
+        buildah(work, "manifest", "create", "tok")
+        buildah(work, "manifest", "add", "--arch", "amd64", "tok", "containers-storage:localhost/tok-amd64")
+        buildah(work, "manifest", "add", "--arch", "arm64", "tok", "containers-storage:localhost/tok-arm64")
+        buildah(work, "manifest", "push", "--all", "--tls-verify=false", "tok", f"docker://{src}/ml/tokenizer:1.0")
         for tag in ("1", "2"):
-            _buildah(work, *push, "tok-amd64", f"docker://{src}/ml/eval:{tag}")
+            buildah(work, *push, "tok-amd64", f"docker://{src}/ml/eval:{tag}")
         yield regs
     finally:
         source.stop()
@@ -138,8 +115,12 @@ def _run_all(plan: Path, run: str) -> tuple[object, AuditFolder, list[dict]]:
 def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: Path) -> None:
     regs = registries
     plan = _plan(tmp_path, regs, {"trainer:2024.06": TRAINER}, ["tokenizer:1.0", "eval:*"])
+    before = open_phase(load_plan(plan), "images").changes()
+    assert before.totals == {"rebuild": 1, "copy": 3}
+    assert "rebuild 1 of 1 image(s) (trainer:2024.06)" in before.text
     phase, audit, summaries = _run_all(plan, "r1")
-    assert [s["pushed"] for s in summaries[:2]] == [1, 3]
+    assert [(s["pushed"], s["skipped"], s["images"], s["changed"]) for s in summaries] == [(4, 0, 4, True)]
+    assert phase.changes().empty
 
     # The rebuilt image, read back from the target registry.
     target = Registry(regs.tgt, insecure=True)
@@ -187,7 +168,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
 
     # A second run: nothing rebuilt (same content hash), nothing copied (the target holds the digests).
     phase2, audit2, summaries2 = _run_all(plan, "r2")
-    assert [(s["pushed"], s["skipped"]) for s in summaries2[:2]] == [(0, 1), (0, 3)]
+    assert [(s["pushed"], s["skipped"], s["changed"]) for s in summaries2] == [(0, 4, False)]
     assert not phase2.changed(summaries2)
     assert target.digest("ai/trainer", "2024.06") == manifest.digest
 
@@ -209,8 +190,8 @@ def test_failed_build_fails_its_image_and_rolls_back(registries: Registries, tmp
     plan = _plan(tmp_path, regs, {"good:1": good, "broken:1": broken}, [])
     phase = open_phase(load_plan(plan), "images")
     audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
-    with pytest.raises(PermanentError, match=r"images build: 1 of 2 failed: broken:1: build broken:1: buildah exited"):
-        phase.run("build", audit, Reporter())
+    with pytest.raises(PermanentError, match=r"images: 1 of 2 failed: broken:1: build broken:1: buildah exited"):
+        phase.run("run", audit, Reporter())
     pushed = regs.digest(f"{regs.tgt}/ai/good:1")
     assert pushed is not None  # the other image was built and pushed
     assert regs.digest(f"{regs.tgt}/ai/broken:1") is None
@@ -247,9 +228,10 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     assert regs.digest(moved) == regs.digest(f"{regs.src}/ml/tokenizer:1.0")
     eval_digest = regs.digest(f"{regs.src}/ml/eval:1")
 
-    undo = phase.rollback(audit.root, steps=["copy"])
+    undo = phase.rollback(audit.root)
     assert sorted(undo.items) == sorted(
         [
+            f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}",
             f"restore {moved} to its previous digest {base.digest}",
             *(
                 f"keep {regs.tgt}/moved/eval:{t}: the registry deletes by digest and {eval_digest} is also tagged keep"
@@ -270,7 +252,7 @@ def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries
     plan.write_text(plan.read_text() + "    builder: kaniko\n")
     phase = open_phase(load_plan(plan), "images")
     audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
-    assert phase.run("build", audit, Reporter())["pushed"] == 0
+    assert phase.run("run", audit, Reporter())["pushed"] == 0
     job = yaml.safe_load((audit.root / "images" / "kaniko" / "trainer_k1.yaml").read_text())
     kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
