@@ -45,7 +45,7 @@ def check_images_on_target(planned: list[str], records: list[ImageRecord], regis
 
 
 def check_copied_digests(records: list[ImageRecord], registry_of: RegistryOf) -> CheckResult:
-    """Each copied image's digest on the target equals the source's (the copy changed no byte)."""
+    """Each copied image's digest on the target equals the source's, and every platform of an index is there."""
     copied = [r for r in records if r.kind == "copied"]
     if not copied:
         return CheckResult("images.copied_digests", Status.SKIP, {}, {}, ["the run copied no image"])
@@ -55,6 +55,14 @@ def check_copied_digests(records: list[ImageRecord], registry_of: RegistryOf) ->
             source, target = _digest(registry_of, r.source), _digest(registry_of, r.target)
             if source != target:
                 evidence.append(f"{r.target}: {target} differs from the source's {source}")
+                continue
+            ref = Reference.parse(r.target)
+            registry = registry_of(ref.host)
+            index = registry.manifest(ref.repository, r.digest)
+            # Every platform of an index came too (a registry may accept an index whose children it lacks).
+            for child in (index.json().get("manifests") or []) if index and index.is_index else []:
+                if registry.digest(ref.repository, child["digest"]) != child["digest"]:
+                    evidence.append(f"{r.target}: platform {child.get('platform')} ({child['digest']}) is missing")
     except RegistryError as exc:
         return CheckResult("images.copied_digests", Status.FAIL, {"copied": len(copied)}, {}, [str(exc)])
     status = Status.FAIL if evidence else Status.PASS

@@ -325,7 +325,8 @@ def content_hash(dockerfile_text: str, context: Path, build_args: dict[str, str]
     return "sha256:" + digest.hexdigest()
 
 
-_CUDA_ENV = ("CUDA_VERSION", "NV_CUDA_CUDART_VERSION", "NV_CUDA_LIB_VERSION")
+# NGC's images set CUDA_VERSION; newer ones also NV_CUDA_LIB_VERSION, a package version ("12.4.1-1").
+_CUDA_ENV = ("CUDA_VERSION", "NV_CUDA_LIB_VERSION")
 _CUDA_LABELS = ("com.nvidia.cuda.version", "cuda.version")
 
 
@@ -336,7 +337,7 @@ def cuda_version(config: dict | None) -> str | None:
     labels = inner.get("Labels") or {}
     for value in [env.get(k) for k in _CUDA_ENV] + [labels.get(k) for k in _CUDA_LABELS]:
         if value:
-            return value
+            return value.split("-", 1)[0]
     return None
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.images import RebaseError, expand, find_rule, normalise, rebase
+from ferry.images import RebaseError, cuda_version, expand, find_rule, match_tags, normalise, rebase
 from ferry.plan import load_target_profile
 
 META = load_target_profile("meta-compute", Path("."))
@@ -212,3 +212,21 @@ def test_expand() -> None:
     args = {"A": "x", "B": None}
     assert expand("$A-${A}-${B:-d}-${A:+p}-${C:-e}", args) == "x-x-d-p-e"
     assert expand("${B}", args) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "cuda"),
+    [
+        ({"config": {"Env": ["PATH=/bin", "CUDA_VERSION=12.4.1"]}}, "12.4.1"),
+        ({"config": {"Env": ["NV_CUDA_LIB_VERSION=12.2.0-1"]}}, "12.2.0"),
+        ({"config": {"Labels": {"com.nvidia.cuda.version": "11.8.0"}}}, "11.8.0"),
+        ({"config": {"Env": ["PATH=/bin"]}}, None),
+        (None, None),
+    ],
+)
+def test_cuda_fingerprint(config, cuda) -> None:
+    assert cuda_version(config) == cuda
+
+
+def test_match_tags() -> None:
+    assert match_tags("2024.*", ["2024.06", "2023.12", "2024.07-rc1", "latest"]) == ["2024.06", "2024.07-rc1"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +43,7 @@ from ferry.images import Rebased, content_hash, cuda_version, match_tags, normal
 from ferry.oci import Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import BaseImageRule, LoadedPlan, Plan
+from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
 log = structlog.get_logger("ferry.phases.images")
@@ -66,19 +67,24 @@ class DockerfileEntry(Settings):
     target: str | None = None
 
 
-class RegistryAuth(Settings):
-    """A registry's credentials, named: two environment variables, or an auth file (auth.json, docker config)."""
+# An ECR registry host: its region is the API's.
+ECR_HOST = re.compile(r"^\d{12}\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 
-    username_env: str | None = None
-    password_env: str | None = None
+
+class RegistryAuth(Credentials):
+    """A registry's credentials, named: a username and password (variables or Prefect Secret blocks), an auth
+    file (auth.json, docker config), or for ECR the AWS credentials its token is asked with (default: boto3's)."""
+
     auth_file: str | None = None
+    # ECR only: the ECR API's endpoint (default: AWS's, in the registry's region).
+    ecr_endpoint_url: str | None = None
 
     @model_validator(mode="after")
     def _one_way(self) -> RegistryAuth:
-        if bool(self.username_env) != bool(self.password_env):
-            raise ValueError("name both username_env and password_env")
-        if bool(self.username_env) == bool(self.auth_file):
-            raise ValueError("name either username_env/password_env or auth_file")
+        if self.named("username") != self.named("password"):
+            raise ValueError("name both a username and a password")
+        if self.named("username") and self.auth_file:
+            raise ValueError("name either a username and password or an auth_file")
         return self
 
 
@@ -94,7 +100,8 @@ class ImagesSettings(Settings):
     platforms: list[str] = Field(default_factory=lambda: ["linux/amd64"], min_length=1)
     # Builds and copies at once.
     parallel: int = Field(default=4, ge=1, le=64)
-    # Credentials by registry host (e.g. registry.meta.example); default: the tools' own auth file.
+    # Credentials by registry host (e.g. registry.meta.example); default: the tools' own auth file, and for an
+    # ECR host a token from boto3's credential chain.
     auth: dict[str, RegistryAuth] = Field(default_factory=dict)
     # Hosts spoken to over plain HTTP, without TLS verification (a registry on the build machine).
     insecure_registries: list[str] = Field(default_factory=list)
@@ -122,6 +129,21 @@ class ImagesGate(Settings):
 
 def _slug(image: str) -> str:
     return image.replace("/", "_").replace(":", "_").replace("@", "_")
+
+
+def _ecr_login(region: str, auth: RegistryAuth | None) -> tuple[str, str]:
+    """ECR's registry login: a 12-hour token from GetAuthorizationToken, asked with the named AWS credentials."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.Session(**(auth.boto3_session_args() if auth else {}))
+    try:
+        client = session.client("ecr", region_name=region, endpoint_url=auth.ecr_endpoint_url if auth else None)
+        token = client.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    except (BotoCoreError, ClientError) as exc:
+        raise PermanentError(f"ECR in {region}: no registry token: {type(exc).__name__}") from None
+    username, _, password = base64.b64decode(token).decode().partition(":")
+    return username, password
 
 
 def _run_tool(argv: list[str], what: str) -> str:
@@ -243,35 +265,39 @@ class ImagesPhase(Phase):
             return self._registries[host]
 
     def _credentials(self, host: str) -> tuple[str | None, str | None]:
+        """The username and password for host from what the plan names (None, None: the tools' defaults)."""
         auth = self.settings.auth.get(host)
-        if auth is None:
-            return None, None
-        if auth.username_env:
-            assert auth.password_env is not None
-            for name in (auth.username_env, auth.password_env):
-                if name not in os.environ:
-                    raise UsageError(f"phases.images.auth.{host}: ${name} is not set")
-            return os.environ[auth.username_env], os.environ[auth.password_env]
-        assert auth.auth_file is not None
-        path = self.loaded.resolve(auth.auth_file)
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8")).get("auths", {}).get(host, {})
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"phases.images.auth.{host}.auth_file: cannot read {path}: {exc}") from None
-        username, _, password = base64.b64decode(entry.get("auth", "")).decode().partition(":")
-        return username or None, password or None
+        if auth is not None and auth.named("username"):
+            return auth.resolve("username"), auth.resolve("password")
+        if auth is not None and auth.auth_file:
+            path = self.loaded.resolve(auth.auth_file)
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8")).get("auths", {}).get(host, {})
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"phases.images.auth.{host}.auth_file: cannot read {path}: {exc}") from None
+            username, _, password = base64.b64decode(entry.get("auth", "")).decode().partition(":")
+            return username or None, password or None
+        if ecr := ECR_HOST.match(host):
+            return _ecr_login(ecr.group("region"), auth)
+        return None, None
+
+    def _login_hosts(self) -> list[str]:
+        """The hosts whose credentials the build and copy tools are given."""
+        plan = self.loaded.plan
+        ends = [Reference.parse(f"{side.registry}/x").host for side in (plan.source, plan.target) if side.registry]
+        return sorted(set(self.settings.auth) | {h for h in ends if ECR_HOST.match(h)})
 
     @contextlib.contextmanager
     def _authfile(self) -> Iterator[list[str]]:
         """The tools' --authfile option for the plan's credentials (a private file removed after), or nothing."""
-        if not self.settings.auth:
-            yield []
-            return
         auths = {}
-        for host in self.settings.auth:
+        for host in self._login_hosts():
             username, password = self._credentials(host)
             if username and password:
                 auths[host] = {"auth": base64.b64encode(f"{username}:{password}".encode()).decode()}
+        if not auths:
+            yield []
+            return
         folder = Path(tempfile.mkdtemp(prefix="ferry-auth-"))
         try:
             file = folder / "auth.json"
@@ -322,7 +348,22 @@ class ImagesPhase(Phase):
         if data["failed"]:
             failed = "; ".join(f"{f['image']}: {f['error']}" for f in data["failed"])
             raise PermanentError(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
-        return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), **self._publish(audit)}
+        published = self._publish(audit)
+        reporter.markdown("images-report", self._report(data), "Images rebuilt and copied, with their digests")
+        return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), **published}
+
+    @staticmethod
+    def _report(data: dict[str, list[dict[str, Any]]]) -> str:
+        """The run as Markdown: each image's source, target digest, kind and CUDA; the unmapped bases."""
+        skipped = {s["target"] for s in data["skipped"]}
+        lines = ["# Images", "", "| source | target | kind | CUDA | pushed |", "|---|---|---|---|---|"]
+        for r in sorted(data["records"], key=lambda r: r["source"]):
+            pushed = "no (unchanged)" if r["target"] in skipped else "yes"
+            lines.append(
+                f"| {r['source']} | {r['target']}@{r['digest']} | {r['kind']} | {r['cuda'] or '-'} | {pushed} |"
+            )
+        unmapped = [f"- {u['image']}: line {u['line']}: {u['base']}" for u in data["unmapped"]]
+        return "\n".join(lines + (["", "## Bases no rule maps", *unmapped] if unmapped else [])) + "\n"
 
     def changed(self, summaries: list[dict[str, Any]]) -> bool:
         return any(s.get("pushed") or s.get("changed") for s in summaries)

@@ -182,6 +182,14 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     ] == [None] * 3
     assert f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}" in undo.items
 
+    # The gate asks the registries, not the journal: after the rollback the same run's gate fails.
+    after = {r.name: r for r in phase.gate(audit)}
+    for name in ("images.on_target", "images.copied_digests", "images.base_annotations"):
+        assert after[name].status == Status.FAIL, after[name]
+    assert f"{regs.tgt}/ai/trainer:2024.06: registry holds nothing, the run recorded {manifest.digest}" in (
+        after["images.on_target"].evidence
+    )
+
 
 def test_failed_build_fails_its_image_and_rolls_back(registries: Registries, tmp_path: Path) -> None:
     regs = registries
@@ -266,3 +274,38 @@ def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries
     )
     unmapped = results["images.unmapped_bases"]
     assert (unmapped.status, unmapped.evidence) == (Status.FAIL, ["plain:1: line 1: python:3.11-slim"])
+
+
+def test_registry_credentials_are_named_and_reach_the_tools_in_a_private_file(moto_env, tmp_path, monkeypatch) -> None:
+    import base64
+    import stat
+
+    from ferry.errors import UsageError
+
+    ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    (tmp_path / "other-auth.json").write_text(json.dumps({"auths": {"other.example": {"auth": "b3RoZXI6czNjcmV0"}}}))
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: creds\n"
+        f"source: {{storage: ./src, registry: {ecr}/ml}}\n"
+        "target: {storage: ./dst, registry: registry.meta.example/ai}\n"
+        "phases:\n  images:\n    copy: [tool:1]\n    auth:\n"
+        "      registry.meta.example: {username_env: REG_USER, password_env: REG_PASS}\n"
+        "      other.example: {auth_file: other-auth.json}\n"
+        f"      {ecr}: {{ecr_endpoint_url: '{moto_env.endpoint}'}}\n"
+    )
+    monkeypatch.setenv("REG_USER", "robot")
+    monkeypatch.setenv("REG_PASS", "hunter2")
+    phase = open_phase(load_plan(plan), "images")
+    with phase._authfile() as option:
+        file = Path(option[1])
+        assert option[0] == "--authfile" and stat.S_IMODE(file.stat().st_mode) == 0o600
+        auths = {h: base64.b64decode(a["auth"]).decode() for h, a in json.loads(file.read_text())["auths"].items()}
+    assert not file.exists()
+    assert auths["registry.meta.example"] == "robot:hunter2"
+    assert auths["other.example"] == "other:s3cret"
+    assert auths[ecr].startswith("AWS:")  # the token moto's GetAuthorizationToken gave
+
+    monkeypatch.delenv("REG_PASS")
+    with pytest.raises(UsageError, match=r"credentials.password_env names \$REG_PASS, which is not set"):
+        open_phase(load_plan(plan), "images")._credentials("registry.meta.example")
