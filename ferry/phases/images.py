@@ -327,17 +327,15 @@ class ImagesPhase(Phase):
         journal = _Journal(audit)
         work: list[tuple[str, Any]] = [(d.image, d) for d in self.settings.dockerfiles]
         work += [(c["name"], c) for c in self._expand_copies()]
+
+        def one(item: Any, authfile: list[str]) -> None:
+            if reporter.stopping.is_set():  # interrupted: what is not started is left for the next run
+                return
+            do = self._build_one if isinstance(item, DockerfileEntry) else self._copy_one
+            do(item, audit, journal, authfile)
+
         with self._authfile() as authfile, ThreadPoolExecutor(max_workers=self.settings.parallel) as pool:
-            futures = {
-                pool.submit(
-                    self._build_one if isinstance(item, DockerfileEntry) else self._copy_one,
-                    item,
-                    audit,
-                    journal,
-                    authfile,
-                ): name
-                for name, item in work
-            }
+            futures = {pool.submit(one, item, authfile): name for name, item in work}
             for future, name in futures.items():
                 try:
                     future.result()
@@ -348,6 +346,8 @@ class ImagesPhase(Phase):
         if data["failed"]:
             failed = "; ".join(f"{f['image']}: {f['error']}" for f in data["failed"])
             raise PermanentError(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
+        if reporter.stopping.is_set():
+            return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), "interrupted": True}
         published = self._publish(audit)
         reporter.markdown("images-report", self._report(data), "Images rebuilt and copied, with their digests")
         return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), **published}
@@ -389,7 +389,13 @@ class ImagesPhase(Phase):
             report = {"path": entry.path, "rebased": result.rebased, "bases": [asdict(b) for b in result.bases]}
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         base = result.stages.get(entry.target.lower()) if entry.target else result.final_base
-        extra = [f"target {entry.target}", f"platforms {','.join(self.settings.platforms)}", f"base {base}"]
+        base_name = normalise(base) if base else None
+        base_digest = None
+        if base_name:
+            # A base whose tag moved (a platform's "2026-latest") makes a new build; unreachable: left to the build.
+            with contextlib.suppress(RegistryError):
+                base_digest = self._digest(base_name)
+        extra = [f"target {entry.target}", f"platforms {','.join(self.settings.platforms)}", f"base {base_digest}"]
         digest = content_hash(result.text, context, entry.build_args, extra)
         target = self.target_ref(entry.image)
         ref = Reference.parse(target)
@@ -402,6 +408,8 @@ class ImagesPhase(Phase):
             "context": context,
             "hash": digest,
             "base": base,
+            "base_name": base_name,
+            "base_digest": base_digest,
             "existing": existing.get(HASH_LABEL),
             "target": target,
         }
@@ -424,8 +432,7 @@ class ImagesPhase(Phase):
             # The cluster builds and pushes it; a later run finds its content hash on the target and records it.
             self._render_kaniko(entry, prepared, labels, audit)
             return
-        base_name = normalise(prepared["base"]) if prepared["base"] else None
-        base_digest = self._digest(base_name) if base_name else None
+        base_name, base_digest = prepared["base_name"], prepared["base_digest"]
         if base_name and base_digest is None:
             raise PermanentError(f"{entry.image}: its base {base_name} is not on its registry")
         annotations = {BASE_NAME: base_name, BASE_DIGEST: base_digest} if base_name else {}
@@ -452,7 +459,7 @@ class ImagesPhase(Phase):
         state = self.loaded.state_dir / "images" / "buildah"
         buildah = ["buildah", "--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
         target = prepared["target"]
-        pulled = [normalise(prepared["base"])] if prepared["base"] else []
+        pulled = [prepared["base_name"]] if prepared["base_name"] else []
         tls = f"--tls-verify={str(self._tls(target, *pulled)).lower()}"
         argv = [*buildah, "bud", "--isolation", "chroot", "--format", "oci", tls, *authfile, "--pull"]
         argv += ["--platform", self.settings.platforms[0], "-f", str(prepared["dockerfile"]), "-t", target]

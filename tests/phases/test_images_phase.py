@@ -309,3 +309,16 @@ def test_registry_credentials_are_named_and_reach_the_tools_in_a_private_file(mo
     monkeypatch.delenv("REG_PASS")
     with pytest.raises(UsageError, match=r"credentials.password_env names \$REG_PASS, which is not set"):
         open_phase(load_plan(plan), "images")._credentials("registry.meta.example")
+
+
+def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries: Registries, tmp_path: Path) -> None:
+    import threading
+
+    plan = _plan(tmp_path, registries, {}, ["tokenizer:1.0"])
+    plan.write_text(plan.read_text().replace("    dockerfiles: []\n", ""))
+    stopping = threading.Event()
+    stopping.set()
+    phase = open_phase(load_plan(plan), "images")
+    summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
+    assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
+    assert not digest_map.path(tmp_path / ".ferry").exists()
