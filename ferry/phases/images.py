@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import structlog
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from checks.images import (
     check_base_annotations,
@@ -55,16 +55,28 @@ BASE_DIGEST = "org.opencontainers.image.base.digest"
 _TOOL_TIMEOUT_S = 3600
 
 
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
 class DockerfileEntry(Settings):
     """A Dockerfile to rebase and rebuild; `image` names it under both source.registry and target.registry."""
 
     path: str = Field(min_length=1)
-    image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+    image: str
     # The build context; default: the Dockerfile's folder.
     context: str | None = None
     build_args: dict[str, str] = Field(default_factory=dict)
     # The stage to build; default: the last.
     target: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _name_tag(cls, value: str) -> str:
+        if not _IMAGE.fullmatch(value):
+            raise ValueError(
+                f"{value!r}: name it repository:tag, lower-case, as under a registry (e.g. trainer:2024.06)"
+            )
+        return value
 
 
 # An ECR registry host: its region is the API's.

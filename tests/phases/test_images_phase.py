@@ -322,3 +322,40 @@ def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries:
     summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
     assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
     assert not digest_map.path(tmp_path / ".ferry").exists()
+
+
+BAD_SETTINGS = [
+    ('dockerfiles: [{path: D, image: "Trainer"}]', ":6: phases.images.dockerfiles.0.image: 'Trainer': name it"),
+    ('dockerfiles: [{path: D, image: "t:1"}]\n    copy: ["t:1"]', "t:1: both rebuilt from a Dockerfile and copied"),
+    ("copy: [a:1]\n    platforms: [linux/amd64, linux/arm64]", "buildah builds one platform here"),
+    ("copy: [a:1]\n    auth: {r.example: {username_env: U}}", "name both a username and a password"),
+    ("copy: [a:1]\n    auth: {r.example: {username_env: U, password_env: P, auth_file: a.json}}", "or an auth_file"),
+    ("{}", "name dockerfiles to rebuild or images to copy"),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
+def test_bad_settings_are_one_line_naming_the_field(tmp_path: Path, settings: str, message: str) -> None:
+    from ferry.errors import UsageError
+
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: bad\nsource: {storage: ./src, registry: r.example/ml}\n"
+        "target: {storage: ./dst, registry: t.example/ai}\n"
+        f"phases:\n  images:\n    {settings}\n".replace("images:\n    {}", "images: {}")
+    )
+    with pytest.raises(UsageError) as err:
+        load_plan(plan)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_copy_needs_a_source_registry(tmp_path: Path) -> None:
+    from ferry.errors import UsageError
+
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: bad\nsource: {storage: ./s}\ntarget: {storage: ./d, registry: t.example/ai}\n"
+        "phases:\n  images: {copy: [a:1]}\n"
+    )
+    with pytest.raises(UsageError, match="phases.images.copy needs source.registry"):
+        load_plan(plan)
