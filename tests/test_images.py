@@ -131,6 +131,22 @@ SHAPES = [
     ("already on the target's base", f"FROM {PYTORCH}\n{SDK}\n", None),
     ("ARG without a default cannot be resolved: not rebased", "ARG BASE\nFROM ${BASE}\n", None),
     (
+        "one ARG base used by two stages: rewritten once",
+        "ARG BASE=nvcr.io/nvidia/pytorch:24.01-py3\nFROM ${BASE} AS build\nRUN make\n"
+        "FROM $BASE\nCOPY --from=build /o /o\n",
+        f"ARG BASE={PYTORCH}\nFROM ${{BASE}} AS build\nRUN make\nFROM $BASE\n{SDK}\nCOPY --from=build /o /o\n",
+    ),
+    (
+        "inline default in the FROM: the reference replaced",
+        "ARG BASE\nFROM ${BASE:-nvcr.io/nvidia/pytorch:24.01-py3}\n",
+        f"ARG BASE\nFROM {PYTORCH}\n{SDK}\n",
+    ),
+    (
+        "ARG continued over two lines",
+        "ARG PY=3.11 \\\n    BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\nFROM ${BASE}\n",
+        f"ARG PY=3.11 \\\n    BASE={DEVEL}\nFROM ${{BASE}}\n{SDK}\n",
+    ),
+    (
         "rebased build stage, unmapped final stage: the SDK still goes into the final stage",
         "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM ubuntu:22.04\nCOPY --from=build /o /o\n",
         f"FROM {DEVEL} AS build\nFROM ubuntu:22.04\n{SDK}\nCOPY --from=build /o /o\n",
