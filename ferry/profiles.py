@@ -18,16 +18,7 @@ from ferry.errors import UsageError
 ConnectorType = Literal["s3", "azure", "local", "fsspec"]
 
 
-SECRETS = (
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "connection_string",
-    "account_key",
-    "sas_token",
-    "username",
-    "password",
-)
+SECRETS = ("access_key_id", "secret_access_key", "session_token", "connection_string", "account_key", "sas_token")
 
 
 class Credentials(BaseModel):
@@ -53,11 +44,6 @@ class Credentials(BaseModel):
     account_key_secret: str | None = None
     sas_token_env: str | None = None
     sas_token_secret: str | None = None
-    # A container registry's login.
-    username_env: str | None = None
-    username_secret: str | None = None
-    password_env: str | None = None
-    password_secret: str | None = None
 
     @model_validator(mode="after")
     def _one_source_each(self) -> Credentials:

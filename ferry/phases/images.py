@@ -87,12 +87,20 @@ class RegistryAuth(Credentials):
     """A registry's credentials, named: a username and password (variables or Prefect Secret blocks), an auth
     file (auth.json, docker config), or for ECR the AWS credentials its token is asked with (default: boto3's)."""
 
+    # The login, each named by an environment variable or a Prefect Secret block (resolved as Credentials does).
+    username_env: str | None = None
+    username_secret: str | None = None
+    password_env: str | None = None
+    password_secret: str | None = None
     auth_file: str | None = None
     # ECR only: the ECR API's endpoint (default: AWS's, in the registry's region).
     ecr_endpoint_url: str | None = None
 
     @model_validator(mode="after")
     def _one_way(self) -> RegistryAuth:
+        for name in ("username", "password"):
+            if getattr(self, f"{name}_env") and getattr(self, f"{name}_secret"):
+                raise ValueError(f"{name}: name an environment variable or a Prefect Secret block, not both")
         if self.named("username") != self.named("password"):
             raise ValueError("name both a username and a password")
         if self.named("username") and self.auth_file:
