@@ -652,8 +652,10 @@ class ImagesPhase(Phase):
 
     # -- rollback ---------------------------------------------------------------------------------
     def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
-        """Delete the tags the run pushed (by digest, when no other tag holds it), put moved tags back, and
-        restore the digest map it replaced."""
+        """Delete the tags the run pushed, put the tags it moved back, and restore the digest map it replaced.
+
+        The registry deletes by digest, so a digest is deleted only when no tag but the run's own holds it.
+        """
         folder = audit_root / "images"
         done_file = folder / "rollback.json"
         if done_file.exists():
@@ -679,7 +681,8 @@ class ImagesPhase(Phase):
         previous = folder / "previous-digests.json"
         if previous.exists():
             if not dry_run:
-                published.write_text(previous.read_text(encoding="utf-8"), encoding="utf-8")
+                records = json.loads(previous.read_text(encoding="utf-8"))["images"]
+                digest_map.publish(self.loaded.state_dir, [ImageRecord(**r) for r in records])
             return [f"restore {published} from {previous}"]
         if not dry_run:
             published.unlink(missing_ok=True)

@@ -172,6 +172,14 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert not phase2.changed(summaries2)
     assert target.digest("ai/trainer", "2024.06") == manifest.digest
 
+    # Rolling the second run back pushes nothing back and puts the first run's map back in place.
+    map_file = tmp_path / ".ferry" / "images" / "digests.json"
+    first_map = map_file.read_text()
+    assert phase2.rollback(audit2.root).items == [
+        f"restore {map_file} from {audit2.root / 'images' / 'previous-digests.json'}"
+    ]
+    assert map_file.read_text() == first_map
+
     # Rolling the first run back: its tags go; eval:1 and eval:2, both its own, go with their one digest.
     undo = phase.rollback(audit.root)
     eval_items = sorted(i.split(" ", 1)[1] if i.startswith("deleted") else i for i in undo.items if "/ai/eval:" in i)
