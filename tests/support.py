@@ -146,8 +146,8 @@ def start_azurite() -> Server:
     return Server(proc=proc, port=port, env={"AZURE_STORAGE_CONNECTION_STRING": conn}, workdir=workdir)
 
 
-def start_registry() -> Server:
-    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir, deletes enabled."""
+def start_registry(deletes: bool = True) -> Server:
+    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir, deletes enabled or not."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="ferry-registry-"))
     config = workdir / "config.yml"
@@ -155,7 +155,7 @@ def start_registry() -> Server:
         "version: 0.1\n"
         f"storage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
         # Deletes by digest, as the images phase's rollback needs (the registry refuses them by default).
-        "  delete:\n    enabled: true\n"
+        f"  delete:\n    enabled: {str(deletes).lower()}\n"
         f"http:\n  addr: 127.0.0.1:{port}\n"
         "log:\n  level: error\n"
     )

@@ -332,6 +332,25 @@ def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries:
     assert not digest_map.path(tmp_path / ".ferry").exists()
 
 
+def test_where_the_registry_refuses_deletes_the_rollback_says_which_tags_remain(
+    registries: Registries, tmp_path: Path
+) -> None:
+    no_deletes = start_registry(deletes=False)
+    try:
+        tgt = f"127.0.0.1:{no_deletes.port}"
+        plan = _plan(tmp_path, registries, {}, ["eval:1"])
+        text = plan.read_text().replace("    dockerfiles: []\n", "").replace(registries.tgt, tgt)
+        plan.write_text(text)
+        phase, audit, _ = _run_all(plan, "r1")
+        digest = registries.digest(f"{tgt}/ai/eval:1")
+        assert digest is not None
+        undo = phase.rollback(audit.root)
+        assert f"{tgt}/ai/eval:1 remains: the registry does not allow deletes (storage.delete.enabled)" in undo.items
+        assert registries.digest(f"{tgt}/ai/eval:1") == digest
+    finally:
+        no_deletes.stop()
+
+
 BAD_SETTINGS = [
     ('dockerfiles: [{path: D, image: "Trainer"}]', ":6: phases.images.dockerfiles.0.image: 'Trainer': name it"),
     ('dockerfiles: [{path: D, image: "t:1"}]\n    copy: ["t:1"]', "t:1: both rebuilt from a Dockerfile and copied"),
