@@ -517,9 +517,10 @@ class ImagesPhase(Phase):
     def _render_kaniko(
         self, entry: DockerfileEntry, prepared: dict[str, Any], labels: dict[str, str], audit: AuditFolder
     ) -> None:
-        """Write a kaniko Job for an in-cluster build; the cluster must reach the context (e.g. an s3:// copy)."""
+        """Write a kaniko Job for an in-cluster build; the pod must see the context and the (rebased) Dockerfile at
+        these paths (a volume), or the user edits --context to a storage URL the executor reads (s3://...)."""
         args = [
-            f"--dockerfile={Path(prepared['dockerfile']).name}",
+            f"--dockerfile={prepared['dockerfile']}",
             f"--context=dir://{prepared['context']}",
             f"--destination={prepared['target']}",
             *(f"--build-arg={k}={v}" for k, v in entry.build_args.items()),
