@@ -25,9 +25,10 @@ from rich.table import Table
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, Interrupted, UsageError
+from ferry.images import read_dockerfile, rebase
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
-from ferry.plan import load_plan
+from ferry.plan import load_plan, load_target_profile
 from ferry.profiles import load_profiles
 from ferry.results import Status
 
@@ -66,6 +67,8 @@ golive_app = typer.Typer(no_args_is_help=True, help="Go-live checks that need no
 app.add_typer(golive_app, name="golive")
 probe_app = typer.Typer(no_args_is_help=True, help="The interconnect probe: TCP/UDP ping-pong round trips.")
 app.add_typer(probe_app, name="probe")
+images_app = typer.Typer(no_args_is_help=True, help="Container images: rebase Dockerfiles onto a target's bases.")
+app.add_typer(images_app, name="images")
 
 
 def _print_version(wanted: bool) -> None:
@@ -214,7 +217,7 @@ def plan_show(
         out.print(f"{phase}{pause}: {summary}", markup=False, highlight=False)
     t = loaded.target
     out.print(
-        f"target profile {t.name}: base image {t.base_image}; GPU resource {t.gpu_resource}; "
+        f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
         f"annotations {', '.join(f'{k}: {v}' for k, v in t.pod_annotations.items()) or 'none'}",
         markup=False,
         highlight=False,
@@ -385,6 +388,31 @@ def _print_status(loaded) -> None:
         )
     if os.environ.get("PREFECT_API_URL"):
         out.print(f"Prefect UI: {os.environ['PREFECT_API_URL'].removesuffix('/api')}", markup=False, highlight=False)
+
+
+@images_app.command("rebase")
+def images_rebase(
+    files: Annotated[list[Path], typer.Argument(help="The Dockerfiles")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the rebased files and their diffs go")],
+    profile: Annotated[
+        str, typer.Option(help="A built-in target profile, or the path of a YAML profile")
+    ] = "meta-compute",
+) -> None:
+    """Rebase Dockerfiles onto the profile's base images (no plan needed); say what changed and what is unmapped."""
+    target = load_target_profile(profile, Path.cwd())
+    texts = {path: read_dockerfile(path) for path in files}
+    # Keep the files' relative layout under --out, so two files named Dockerfile do not collide.
+    common = Path(os.path.commonpath([p.resolve().parent for p in files]))
+    for path, text in texts.items():
+        result = rebase(text, target.base_images, target.sdk_steps, name=str(path))
+        if not result.rebased:
+            verdict = "not rebased: no FROM matches a rule of " + target.name
+        else:
+            written, diff = result.write(out_dir, str(path.resolve().relative_to(common)))
+            verdict = f"rebased -> {written} (diff {diff})"
+        out.print(f"{path}: {verdict}", markup=False, highlight=False)
+        for line in result.report():
+            out.print(f"  {line}", markup=False, highlight=False)
 
 
 @app.command()
