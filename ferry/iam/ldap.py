@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import base64
 import re
+from collections import Counter
 
 from ferry.errors import UsageError
 from ferry.iam.model import Level, Principal
 
 _GROUP_CLASSES = frozenset({"groupofnames", "groupofuniquenames", "posixgroup", "group"})
+_PERSON_CLASSES = frozenset(
+    {"person", "organizationalperson", "inetorgperson", "posixaccount", "shadowaccount", "account", "user", "inetuser"}
+)
 
 
 def parse_ldif(text: str) -> list[dict[str, list[str]]]:
     """Entries of an LDIF file as attribute -> values (continuations joined, base64 values decoded)."""
     entries: list[dict[str, list[str]]] = []
     lines: list[str] = []
+    comment = False  # a comment continues over indented lines too (RFC 2849)
     for raw in [*text.splitlines(), ""]:
-        if raw.startswith(" ") and lines:
-            lines[-1] += raw[1:]
+        if raw.startswith(" ") and (comment or lines):
+            if not comment:
+                lines[-1] += raw[1:]
             continue
+        comment = raw.startswith("#")
         if raw.strip():
-            if not raw.startswith("#"):
+            if not comment:
                 lines.append(raw)
             continue
         if lines:
@@ -44,28 +51,41 @@ def parse_ldif(text: str) -> list[dict[str, list[str]]]:
 
 
 def normal_dn(dn: str) -> str:
-    """A DN as LDAP compares it: case-insensitive, no spaces around separators, no `#'...'B` unique id."""
+    """A DN as LDAP compares it: case-insensitive, no spaces around separators, no `#'...'B` unique id, and
+    RFC 4514 hex escapes (`\\C3\\A9`) decoded (a decoded separator stays escaped)."""
+
+    def decoded(match: re.Match[str]) -> str:
+        text = bytes.fromhex(match.group(0).replace("\\", "")).decode("utf-8", errors="replace")
+        return "".join("\\" + c if c in ',+"\\<>;=' else c for c in text)
+
     dn = re.sub(r"#'[01]*'B$", "", dn.strip())
-    return re.sub(r"\s*([,=+])\s*", r"\1", dn).lower()
+    dn = re.sub(r"(?:\\[0-9A-Fa-f]{2})+", decoded, dn)
+    return re.sub(r"(?<!\\)\s*([,=+])\s*", r"\1", dn).lower()
 
 
 def ldap_principals(ldif: str, levels: dict[str, Level]) -> list[Principal]:
     """Groups of an LDIF export with their effective members; each group's level comes from the plan."""
     groups: dict[str, tuple[str, dict[str, list[str]]]] = {}  # normal DN -> (name, entry)
     people: dict[str, str] = {}  # normal DN -> name
+    others: dict[str, str] = {}  # normal DN -> its object classes (neither a person nor a group)
     uids: set[str] = set()
     for entry in parse_ldif(ldif):
         dn = normal_dn(entry.get("dn", [""])[0])
-        if _GROUP_CLASSES & {c.lower() for c in entry.get("objectclass", [])}:
+        classes = {c.lower() for c in entry.get("objectclass", [])}
+        if _GROUP_CLASSES & classes:
             groups[dn] = (entry.get("cn", [""])[0] or dn.split(",", 1)[0].split("=", 1)[-1], entry)
-        elif "uid" in entry or "cn" in entry:
-            name = (entry.get("uid") or entry.get("cn"))[0]
-            people[dn] = name
+        elif _PERSON_CLASSES & classes:
+            people[dn] = (entry.get("uid") or entry.get("cn") or [dn])[0]
             uids.update(entry.get("uid", []))
+        else:
+            others[dn] = ", ".join(entry.get("objectclass", [])) or "no objectClass"
+    names = Counter(name for name, _ in groups.values())
     principals = []
     for dn, (name, _) in groups.items():
-        principal = Principal(f"ldap:group/{name}", "group", name)
-        members, nested = _expand(dn, groups, people, uids, principal.unresolved)
+        # Two groups of one cn (in two OUs) stay two, by DN; as subjects they are one name.
+        pid = f"ldap:group/{name}" if names[name] == 1 else f"ldap:group/{name} ({dn})"
+        principal = Principal(pid, "group", name)
+        members, nested = _expand(dn, groups, people, others, uids, principal.unresolved)
         principal.members = sorted(members)
         if nested:
             principal.notes.append(
@@ -87,6 +107,7 @@ def _expand(
     dn: str,
     groups: dict[str, tuple[str, dict[str, list[str]]]],
     people: dict[str, str],
+    others: dict[str, str],
     uids: set[str],
     unresolved: list[str],
 ) -> tuple[set[str], list[str]]:
@@ -99,6 +120,8 @@ def _expand(
         name, entry = groups[queue.pop(0)]
         for value in entry.get("member", []) + entry.get("uniquemember", []):
             member = normal_dn(value)
+            if not member:
+                continue
             if member in groups:
                 if member not in seen:
                     seen.add(member)
@@ -106,9 +129,11 @@ def _expand(
                     queue.append(member)
             elif member in people:
                 members.add(people[member])
+            elif member in others:
+                unresolved.append(f"member {value} of {name} is a {others[member]} entry, not a person or a group")
             else:
                 unresolved.append(f"member {value} of {name} has no entry in the export")
-        for uid in entry.get("memberuid", []):
+        for uid in filter(None, entry.get("memberuid", [])):
             if uid in uids:
                 members.add(uid)
             else:

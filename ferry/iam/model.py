@@ -165,7 +165,7 @@ class Mapping:
         """One principal as the report gives it: level and the grants behind it, then every note and category."""
         p = self.principal(pid)
         kind, name = self.subject(p)
-        lines = [f"{p.id}: {self.headline(p)}", f"  subject: {kind} {name}"]
+        lines = [f"{p.id}: {self.headline(p)}"] + ([f"  subject: {kind} {name}"] if p.resolved else [])
         if p.members:
             lines.append(f"  effective members: {', '.join(p.members)}")
         lines += [f"  grants {Level(level).name.lower()}: {what}" for what, level in p.grants]
@@ -275,8 +275,29 @@ def map_principals(
                 )
                 p.level = lowest
             else:
-                p.notes.append(f"{kind} {name} is also named by another source: {ids}; bound once")
+                p.notes.append(f"{kind} {name} is named by more than one principal: {ids}; bound once")
+    _service_accounts_run_by_others(mapping)
     return mapping
+
+
+def _service_accounts_run_by_others(mapping: Mapping) -> None:
+    """A ServiceAccount bound above people who can create pods is theirs too: Kubernetes lets whoever creates
+    pods in a namespace run them as any ServiceAccount there. Reported as widened on the ServiceAccount."""
+    runners = [
+        p
+        for p in mapping.principals
+        if p.level and p.level >= Level.WRITE and mapping.subject(p)[0] != "ServiceAccount"
+    ]
+    for p in mapping.principals:
+        if not p.level or mapping.subject(p)[0] != "ServiceAccount":
+            continue
+        below = [q for q in runners if q.level < p.level]
+        if below:
+            p.widened.append(
+                f"bound at {mapping.roles[p.level]} in {mapping.namespace}, where {len(below)} subject(s) at "
+                f"{mapping.roles[min(q.level for q in below)]} can create pods and run them as this ServiceAccount; "
+                "bind it in a namespace of its own"
+            )
 
 
 def render_rbac(mapping: Mapping, plan: str) -> list[dict]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import structlog
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from checks.iam import (
     check_iam_ambiguous,
@@ -29,7 +29,7 @@ from checks.iam import (
 )
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
-from ferry.iam.aws import DEFAULT_AWS_SERVICES
+from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS
 from ferry.iam.model import Level, Mapping, render_rbac
 from ferry.iam.sources import read_sources
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
@@ -58,6 +58,14 @@ class IamSettings(Settings):
     # AWS condition keys known to hold for every request (e.g. aws:MultiFactorAuthPresent: true); an Allow under
     # any other condition grants nothing and is reported as conditional.
     assume_conditions: dict[str, bool | int | float | str | list[str]] = Field(default_factory=dict)
+
+    @field_validator("assume_conditions")
+    @classmethod
+    def _not_per_principal(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if key.lower().startswith(PER_PRINCIPAL_KEYS):
+                raise ValueError(f"{key} is read from each principal in the export (its name, ARN, tags): not assumed")
+        return value
 
 
 class IamGate(Settings):

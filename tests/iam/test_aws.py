@@ -31,6 +31,35 @@ FORCE_MFA = {  # AWS's documented "force MFA" policy: deny all but MFA self-serv
 }
 
 
+SELF = "arn:aws:iam::*:user/${aws:username}"
+SELF_SERVICE = [  # from AWS's "allows MFA-authenticated IAM users to manage their own credentials" example
+    {
+        "Sid": "AllowManageOwnPasswords",
+        "Effect": "Allow",
+        "Action": ["iam:ChangePassword", "iam:GetUser"],
+        "Resource": SELF,
+    },
+    {
+        "Sid": "AllowManageOwnAccessKeys",
+        "Effect": "Allow",
+        "Action": ["iam:CreateAccessKey", "iam:DeleteAccessKey", "iam:ListAccessKeys", "iam:UpdateAccessKey"],
+        "Resource": SELF,
+    },
+    {
+        "Sid": "AllowManageOwnVirtualMFADevice",
+        "Effect": "Allow",
+        "Action": ["iam:CreateVirtualMFADevice"],
+        "Resource": "arn:aws:iam::*:mfa/${aws:username}",
+    },
+    {
+        "Sid": "AllowManageOwnUserMFA",
+        "Effect": "Allow",
+        "Action": ["iam:EnableMFADevice", "iam:ListMFADevices", "iam:ResyncMFADevice"],
+        "Resource": SELF,
+    },
+]
+
+
 def allow(*actions: str, resource: Any = "*", **extra: Any) -> dict:
     return {"Effect": "Allow", "Action": list(actions), "Resource": resource, **extra}
 
@@ -163,13 +192,28 @@ CASES = [
         None,
         Level.WRITE,
     ),
-    # PowerUserAccess's shape: IAM excluded, but SSO's permission sets manage identities too.
+    # PowerUserAccess's shape, service-linked roles included: SSO's permission sets are a service's own resources
+    # (the Decision names IAM, Organizations and STS identities as admin), and AWS fixes what a
+    # service-linked role may do.
     (
-        "NotAction iam and organizations leaves sso",
-        [{"Effect": "Allow", "NotAction": ["iam:*", "organizations:*"], "Resource": "*"}],
+        "PowerUserAccess is write",
+        [
+            {"Effect": "Allow", "NotAction": ["iam:*", "organizations:*", "account:*"], "Resource": "*"},
+            allow("iam:CreateServiceLinkedRole", "iam:DeleteServiceLinkedRole", "iam:ListRoles"),
+        ],
         None,
         None,
-        Level.ADMIN,
+        Level.WRITE,
+    ),
+    # AWS's documented policy for managing one's own credentials, with force-MFA: no identity administration.
+    ("own credentials are no level", SELF_SERVICE, None, None, None),
+    ("own credentials with MFA are no level", SELF_SERVICE, [FORCE_MFA], {"aws:MultiFactorAuthPresent": True}, None),
+    (
+        "own credentials beside a read policy",
+        [*SELF_SERVICE, allow("ec2:DescribeInstances")],
+        [FORCE_MFA],
+        {"aws:MultiFactorAuthPresent": True},
+        Level.READ,
     ),
     (
         "NotAction allow never grants the listed",
@@ -400,3 +444,54 @@ def test_groups_are_not_subjects_and_a_group_missing_from_the_export_leaves_its_
         "member of group gone, which the export does not hold: its policies (and any Deny) are unknown"
     ]
     assert skipped[0].startswith("aws:group/g: IAM groups are not bound") and skipped[0].endswith("(u)")
+
+
+def test_managing_its_own_credentials_is_no_escalation() -> None:
+    found = user(SELF_SERVICE, [FORCE_MFA], {"aws:MultiFactorAuthPresent": True})
+    assert found.escalations == [] and found.grants == []
+    assert any("manages only its own credentials" in n for n in found.notes)
+
+
+def test_a_permissions_boundary_caps_what_the_policies_allow() -> None:
+    details = account({"dev": ([], [allow("*")])}, policies={"DevBoundary": [(True, [allow("s3:Get*", "s3:List*")])]})
+    details["UserDetailList"][0]["PermissionsBoundary"] = {
+        "PermissionsBoundaryType": "Policy",
+        "PermissionsBoundaryArn": f"arn:aws:iam::{ACCOUNT}:policy/DevBoundary",
+    }
+    dev = principals(details)["aws:user/dev"]
+    assert dev.derived_level() == Level.READ and dev.escalations == []
+    assert any(
+        n.startswith(f"the permissions boundary arn:aws:iam::{ACCOUNT}:policy/DevBoundary: caps") for n in dev.notes
+    )
+    details["Policies"] = []
+    unknown = principals(details)["aws:user/dev"]
+    assert not unknown.resolved and "what it lets through is unknown" in unknown.unresolved[0]
+
+
+def test_an_attached_policy_the_export_lacks_leaves_the_principal_unresolved() -> None:
+    details = account({"judy": ([], [allow("s3:*")])}, attached={"judy": ["DenyProd"]})
+    judy = principals(details)["aws:user/judy"]
+    assert not judy.resolved and "what it allows or denies is unknown" in judy.unresolved[0]
+
+
+def test_principal_condition_keys_come_from_each_principal() -> None:
+    team = allow("ec2:*", Condition={"StringEquals": {"aws:PrincipalTag/team": "ml"}})
+    details = account({"ana": (["eng"], []), "ben": (["eng"], [])}, {"eng": [team]})
+    details["UserDetailList"][0]["Tags"] = [{"Key": "team", "Value": "ml"}]
+    details["UserDetailList"][1]["Tags"] = [{"Key": "team", "Value": "web"}]
+    found = principals(details)
+    assert found["aws:user/ana"].derived_level() == Level.WRITE
+    assert found["aws:user/ben"].derived_level() is None
+
+
+def test_roles_people_assume_through_saml_are_not_service_accounts_but_workload_identities_are() -> None:
+    details = account(roles={"AWSReservedSSO_Admin_1a2b": ([], [allow("*")]), "irsa": ([], [allow("s3:GetObject")])})
+    saml = f"arn:aws:iam::{ACCOUNT}:saml-provider/AWSSSO_1a2b_DO_NOT_DELETE"
+    oidc = f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
+    for role, provider, action in ((0, saml, "sts:AssumeRoleWithSAML"), (1, oidc, "sts:AssumeRoleWithWebIdentity")):
+        details["RoleDetailList"][role]["AssumeRolePolicyDocument"] = {
+            "Statement": [{"Effect": "Allow", "Principal": {"Federated": provider}, "Action": action}]
+        }
+    found, skipped = aws_principals(details)
+    assert [p.id for p in found] == ["aws:role/irsa"]
+    assert any(s.startswith("aws:role/AWSReservedSSO_Admin_1a2b: assumed by people through SAML") for s in skipped)

@@ -64,6 +64,27 @@ def user_of(role: str, definitions: list[dict] | None = None, custom: dict | Non
         ),
         ("Quota reader", [definition("Quota reader", ["Microsoft.Quota/quotas/read"])], Level.READ, False),
         ("Undocumented custom", [], None, False),
+        # Actions less not-actions: a storage reader written as everything but writes.
+        (
+            "Storage Reader Custom",
+            [
+                definition(
+                    "Storage Reader Custom",
+                    ["Microsoft.Storage/*"],
+                    ["Microsoft.Storage/*/write", "Microsoft.Storage/*/delete", "Microsoft.Storage/*/action"],
+                )
+            ],
+            Level.READ,
+            False,
+        ),
+        # Editing a role definition its holder has is as good as assigning one.
+        ("Role Editor", [definition("Role Editor", ["Microsoft.Authorization/roleDefinitions/write"])], None, True),
+        (
+            "Assignment Manager",
+            [definition("Assignment Manager", ["Microsoft.Authorization/roleAssignments/*", "*/read"])],
+            Level.READ,
+            True,
+        ),
     ],
 )
 def test_role_levels_and_escalation(role: str, definitions: list[dict], level: Level | None, escalates: bool) -> None:
@@ -71,8 +92,8 @@ def test_role_levels_and_escalation(role: str, definitions: list[dict], level: L
     assert found.derived_level() == level
     assert bool(found.escalations) == escalates
     if escalates:
-        assert found.escalations[0].endswith("can assign roles (Microsoft.Authorization/roleAssignments/write)")
-    if level is None:
+        assert found.escalations[0].endswith(": can change role assignments or definitions")
+    if level is None and not escalates:
         assert "classify it under phases.iam.azure_roles" in found.unmapped[0]
 
 
@@ -141,3 +162,24 @@ def test_members_keyed_by_a_display_name_two_groups_share_are_refused() -> None:
         azure_principals(rows, {}, None, {"ML": []}, "m.json")
     by_id, _ = azure_principals(rows, {}, None, {"g1": [member("user", "u1", "a")], "g2": []}, "m.json")
     assert by_id[0].members == ["a@corp.example.com"]
+
+
+def test_a_conditional_assignment_is_conditional_not_bound() -> None:
+    condition = "@Resource[Microsoft.Storage/storageAccounts/blobServices/containers:name] StringEquals 'ml'"
+    found, _ = azure_principals([assignment("u", "Storage Blob Data Contributor", condition=condition)], {})
+    assert found[0].grants == [] and found[0].conditional[0].endswith("; not bound")
+
+
+def test_two_groups_of_one_display_name_stay_two_and_disagreeing_is_ambiguous() -> None:
+    from ferry.iam.model import map_principals
+
+    rows = [assignment("ml-team", "Contributor", "Group", "g1"), assignment("ml-team", "Reader", "Group", "g2")]
+    found, _ = azure_principals(rows, {})
+    assert [p.id for p in found] == ["azure:group/ml-team (g1)", "azure:group/ml-team (g2)"]
+    mapping = map_principals(found, "ml", ["v", "e", "a"], {})
+    assert all(p.ambiguous and p.level == Level.READ for p in mapping.principals)
+
+
+def test_a_foreign_group_without_a_name_is_not_carried_rather_than_deleted() -> None:
+    found, skipped = azure_principals([assignment("", "Reader", "ForeignGroup", "fg1")], {})
+    assert found == [] and skipped[0].startswith("azure:ForeignGroup/fg1: Reader")

@@ -70,3 +70,33 @@ def test_ldif_continuations_base64_and_unlisted_groups() -> None:
         parse_ldif("dn: cn=x\nnonsense line\n")
     with pytest.raises(UsageError, match="the LDIF export has no group named 'ml-opz'"):
         ldap_principals(text, {"ml-opz": Level.READ})
+
+
+def test_escaped_dns_entries_that_are_not_people_and_continued_comments() -> None:
+    name = base64.b64encode("cn=José Müller,ou=people,dc=x".encode()).decode()
+    found = groups(
+        f"dn:: {name}\nobjectClass: inetOrgPerson\ncn: José Müller\n\n"
+        "dn: cn=admin,dc=x\nobjectClass: organizationalRole\ncn: admin\n\n"
+        "dn: cn=dyn,ou=groups,dc=x\nobjectClass: groupOfURLs\ncn: dyn\nmemberURL: ldap:///ou=people,dc=x??one\n\n"
+        "# a comment that goes on\n over two lines\n"
+        "dn: cn=eng,dc=x\nobjectClass: groupOfNames\ncn: eng\nmember: cn=Jos\\C3\\A9 M\\C3\\BCller,ou=people,dc=x\n"
+        "member: cn=admin,dc=x\nmember: cn=dyn,ou=groups,dc=x\nmember:\n\n"
+    )
+    assert found["eng"].members == ["José Müller"]
+    assert found["eng"].unresolved == [
+        "member cn=admin,dc=x of eng is a organizationalRole entry, not a person or a group",
+        "member cn=dyn,ou=groups,dc=x of eng is a groupOfURLs entry, not a person or a group",
+    ]
+    assert normal_dn(r"cn=a\2C b,dc=x") == r"cn=a\, b,dc=x"
+
+
+def test_two_groups_of_one_cn_stay_two() -> None:
+    found = ldap_principals(
+        PEOPLE + "dn: cn=admins,ou=a,dc=x\nobjectClass: groupOfNames\ncn: admins\nmember: uid=alice,ou=people,dc=x\n\n"
+        "dn: cn=admins,ou=b,dc=x\nobjectClass: groupOfNames\ncn: admins\nmember: uid=bob,ou=people,dc=x\n\n",
+        {"admins": Level.ADMIN},
+    )
+    assert [(p.id, p.members) for p in found] == [
+        ("ldap:group/admins (cn=admins,ou=a,dc=x)", ["alice"]),
+        ("ldap:group/admins (cn=admins,ou=b,dc=x)", ["bob"]),
+    ]

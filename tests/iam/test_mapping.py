@@ -13,7 +13,7 @@ from ferry.errors import UsageError
 from ferry.iam.aws import aws_principals
 from ferry.iam.azure import azure_principals, role_definitions
 from ferry.iam.ldap import ldap_principals
-from ferry.iam.model import Level, Mapping, map_principals, render_rbac
+from ferry.iam.model import Level, Mapping, Principal, map_principals, render_rbac
 from ferry.results import Status
 from tests.support import run_cli
 
@@ -129,7 +129,7 @@ def test_a_subject_claimed_at_two_levels_is_ambiguous_and_one_named_twice_is_not
     operators = next(d for d in docs if d["metadata"]["name"] == "ferry-compute-operator")["subjects"]
     assert [s["name"] for s in operators].count("alice@corp.example.com") == 1
     dave = same.principal("aws:user/dave")
-    assert any(n.startswith("User alice@corp.example.com is also named by another source") for n in dave.notes)
+    assert any(n.startswith("User alice@corp.example.com is named by more than one principal") for n in dave.notes)
     with pytest.raises(UsageError, match="phases.iam.subjects: 'aws:user/zed' names no principal"):
         example_mapping(subjects={"aws:user/zed": "zed@corp.example.com"})
 
@@ -186,3 +186,38 @@ def test_ferry_iam_explain_prints_one_principal(monkeypatch) -> None:
     ]
     code, _, err = run_cli("iam", "explain", plan, "aws:user/zed")
     assert code == 2 and err.startswith("ferry: error: no principal 'aws:user/zed'") and len(err.splitlines()) == 1
+
+
+def test_condition_keys_of_each_principal_cannot_be_assumed_for_all() -> None:
+    from pydantic import ValidationError
+
+    from ferry.phases.iam import IamSettings
+
+    assert IamSettings(assume_conditions={"aws:MultiFactorAuthPresent": True}).assume_conditions
+    for key in ("aws:PrincipalTag/team", "aws:username", "aws:PrincipalArn"):
+        with pytest.raises(ValidationError, match="is read from each principal in the export"):
+            IamSettings(assume_conditions={key: "x"})
+
+
+def test_a_service_account_above_people_who_can_create_pods_is_widening() -> None:
+    def grant(pid: str, kind: str, level: Level) -> Principal:
+        return Principal(pid, kind, pid.rsplit("/", 1)[-1], grants=[("test", int(level))])
+
+    mapping = map_principals(
+        [grant("aws:role/deployer", "service", Level.ADMIN), grant("aws:user/grace", "user", Level.WRITE)],
+        "ml",
+        ROLES,
+        {},
+    )
+    deployer = mapping.principal("aws:role/deployer")
+    assert deployer.widened == [
+        "bound at compute-admin in ml, where 1 subject(s) at compute-operator can create pods and run them as this "
+        "ServiceAccount; bind it in a namespace of its own"
+    ]
+    readers = map_principals(
+        [grant("aws:role/deployer", "service", Level.ADMIN), grant("aws:user/grace", "user", Level.READ)],
+        "ml",
+        ROLES,
+        {},
+    )
+    assert readers.principal("aws:role/deployer").widened == []
