@@ -111,6 +111,15 @@ def check_registry(role: str, registry: str) -> list[CheckResult]:
     return [result, check_private_host(f"preflight.{role}_registry_private", hostname)]
 
 
+def kubeconfig_path(cluster: Cluster, loaded: LoadedPlan) -> Path:
+    """The cluster's kubeconfig: the plan's (relative to it), else $KUBECONFIG's first file, else ~/.kube/config."""
+    if cluster.kubeconfig:
+        return loaded.resolve(cluster.kubeconfig)
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+    return Path.home() / ".kube" / "config"
+
+
 def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[CheckResult]:
     """The kubeconfig names the cluster's context, and its API server is a private address.
 
@@ -118,12 +127,7 @@ def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[Check
     proves the plan points at a context that exists.
     """
     name = f"preflight.{role}_cluster"
-    if cluster.kubeconfig:
-        path = loaded.resolve(cluster.kubeconfig)
-    elif os.environ.get("KUBECONFIG"):
-        path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
-    else:
-        path = Path.home() / ".kube" / "config"
+    path = kubeconfig_path(cluster, loaded)
     measured = {"kubeconfig": str(path), "context": cluster.context}
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -196,6 +196,24 @@ class Rendering:
     def documents(self) -> list[Document]:
         return [d for f in self.files for d in f.documents if d.data is not None]
 
+    def write(self, out_dir: Path) -> list[Path]:
+        """Each file's rendering at its path relative to its sources entry under out_dir; the paths written."""
+        seen: dict[Path, Path] = {}
+        for file in self.files:
+            if file.relative in seen:
+                raise UsageError(
+                    f"{file.path} and {seen[file.relative]} would both render to {out_dir / file.relative}: "
+                    "rename one or list them in different sources entries"
+                )
+            seen[file.relative] = file.path
+        written = []
+        for file in self.files:
+            target = out_dir / file.relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(file.text(), encoding="utf-8")
+            written.append(target)
+        return written
+
     def bundle(self) -> str:
         """Every rendered document in one multi-document YAML, Secret values masked (for the audit folder)."""
         return _dump([masked(d.data) if d.kind == "Secret" else d.data for d in self.documents], (2, 2, 0), True)
@@ -640,3 +658,103 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
                 _template(ctx, path, template)
         _labels(ctx)
     return rendering
+
+
+# -- rollout: waves, references, readiness ----------------------------------------------------------------
+
+# The order objects are applied in; rollback undoes them in reverse.
+WAVES = ("namespaces", "rbac", "config", "storage", "workloads")
+_WAVE_OF = {
+    "Namespace": "namespaces",
+    "CustomResourceDefinition": "namespaces",
+    "PriorityClass": "namespaces",
+    "ServiceAccount": "rbac",
+    "Role": "rbac",
+    "RoleBinding": "rbac",
+    "ClusterRole": "rbac",
+    "ClusterRoleBinding": "rbac",
+    "ConfigMap": "config",
+    "Secret": "config",
+    "PersistentVolumeClaim": "storage",
+    "PersistentVolume": "storage",
+    "StorageClass": "storage",
+}
+
+
+def wave_of(kind: str) -> str:
+    """The rollout wave of a kind: definitions and namespaces, RBAC, config and secrets, storage, workloads."""
+    return _WAVE_OF.get(kind, "workloads")
+
+
+def references(data: Any, rules: Rules) -> set[tuple[str, str]]:
+    """(kind, name) of every ConfigMap and Secret the object's pod templates reference."""
+    found: set[tuple[str, str]] = set()
+    for _, template in pod_templates(data, rules):
+        spec = template.get("spec") or {}
+        found |= {("Secret", str(s["name"])) for s in spec.get("imagePullSecrets") or [] if isinstance(s, dict)}
+        for volume in spec.get("volumes") or []:
+            if (volume.get("configMap") or {}).get("name"):
+                found.add(("ConfigMap", str(volume["configMap"]["name"])))
+            if (volume.get("secret") or {}).get("secretName"):
+                found.add(("Secret", str(volume["secret"]["secretName"])))
+            for source in (volume.get("projected") or {}).get("sources") or []:
+                for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
+                    if (source.get(key) or {}).get("name"):
+                        found.add((kind, str(source[key]["name"])))
+        for _, container in containers(template):
+            for ref in container.get("envFrom") or []:
+                for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+                    if (ref.get(key) or {}).get("name"):
+                        found.add((kind, str(ref[key]["name"])))
+            for env in container.get("env") or []:
+                source = env.get("valueFrom") or {}
+                for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+                    if (source.get(key) or {}).get("name"):
+                        found.add((kind, str(source[key]["name"])))
+    return found
+
+
+def _condition(obj: dict, kind: str) -> dict:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def readiness(obj: dict) -> tuple[str, str]:
+    """("ready" | "waiting" | "failed", why) of a live object: rollout done, DaemonSet scheduled, Job started,
+    Pod Ready; objects with nothing to wait for are ready."""
+    kind, status = obj.get("kind"), obj.get("status") or {}
+    spec, generation = obj.get("spec") or {}, (obj.get("metadata") or {}).get("generation")
+    if (
+        kind in ("Deployment", "StatefulSet", "DaemonSet")
+        and generation
+        and status.get("observedGeneration", 0) < generation
+    ):
+        return "waiting", f"generation {generation} not observed yet"
+    if kind == "Deployment":
+        progressing = _condition(obj, "Progressing")
+        if progressing.get("reason") == "ProgressDeadlineExceeded":
+            return "failed", f"progress deadline exceeded: {progressing.get('message', '')}".rstrip(": ")
+    if kind in ("Deployment", "StatefulSet"):
+        want = spec.get("replicas", 1)
+        for field_name in ("updatedReplicas", "readyReplicas"):
+            if status.get(field_name, 0) < want:
+                return "waiting", f"{field_name} {status.get(field_name, 0)} of {want}"
+        if kind == "Deployment" and status.get("availableReplicas", 0) < want:
+            return "waiting", f"availableReplicas {status.get('availableReplicas', 0)} of {want}"
+    if kind == "DaemonSet":
+        desired = status.get("desiredNumberScheduled")
+        if desired is None or status.get("currentNumberScheduled", 0) < desired:
+            return (
+                "waiting",
+                f"scheduled {status.get('currentNumberScheduled', 0)} of {desired if desired is not None else '?'}",
+            )
+    if kind == "Job":
+        if _condition(obj, "Failed").get("status") == "True":
+            return "failed", f"job failed: {_condition(obj, 'Failed').get('reason', '')}"
+        if not (status.get("startTime") or status.get("active") or status.get("succeeded")):
+            return "waiting", "not started"
+    if kind == "Pod":
+        if status.get("phase") == "Failed":
+            return "failed", f"pod failed: {status.get('reason', '')}"
+        if _condition(obj, "Ready").get("status") != "True":
+            return "waiting", "not Ready"
+    return "ready", ""

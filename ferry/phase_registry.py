@@ -19,9 +19,10 @@ GROUP = "ferry.phases"
 _BUILTIN = (
     ("iam", "ferry.phases.iam:IamPhase"),
     ("data_sync", "ferry.phases.data_sync:DataSyncPhase"),
+    ("manifests", "ferry.phases.manifests:ManifestsPhase"),
 )
 # Phases of the design that this version cannot run yet: a plan naming one gets a clear error.
-PLANNED = ("images", "manifests", "golive")
+PLANNED = ("images", "golive")
 
 # Phases added in-process by register(): (name, "module:Class", the phase it follows or None).
 _registered: list[tuple[str, str, str | None]] = []
