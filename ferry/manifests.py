@@ -118,7 +118,8 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}#{self.index} {self.obj}: {self.path}: {self.message}"
+        where = f"{self.path}: " if self.path else ""
+        return f"{self.file}#{self.index} {self.obj}: {where}{self.message}"
 
 
 @dataclass
@@ -160,7 +161,7 @@ class Document:
 
     @property
     def where(self) -> str:
-        return f"{self.file.relative}#{self.index}"
+        return f"{self.file.name}#{self.index}"
 
     def plain(self) -> Any:
         """The document as plain JSON-compatible Python (dicts, lists, str, int, float, bool, None)."""
@@ -174,6 +175,8 @@ class SourceFile:
     entry: Path
     path: Path
     relative: Path
+    # How findings and diffs name the file: its path relative to the plan's folder (else as given).
+    name: str = ""
     documents: list[Document] = field(default_factory=list)
     explicit_start: bool = False
     indent: tuple[int, int, int] = (2, 2, 0)
@@ -288,13 +291,17 @@ def _files_of(entry: Path) -> list[tuple[Path, Path]]:
     raise UsageError(f"{entry}: no such file or folder (phases.manifests.sources)")
 
 
-def load_sources(entries: list[Path]) -> list[SourceFile]:
-    """Read every sources entry: files, folders (*.yaml, *.yml, recursively), each multi-document YAML."""
+def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFile]:
+    """Read every sources entry: files, folders (*.yaml, *.yml, recursively), each multi-document YAML.
+
+    Files are named relative to base (the plan's folder) in findings and diffs.
+    """
     files = []
     for entry in entries:
         for path, relative in _files_of(entry):
             text = path.read_text(encoding="utf-8")
-            source = SourceFile(entry, path, relative, explicit_start=text.lstrip().startswith("---"))
+            name = str(path.relative_to(base)) if base and path.is_relative_to(base) else str(path)
+            source = SourceFile(entry, path, relative, name, explicit_start=text.lstrip().startswith("---"))
             source.indent = guess_indent(text)
             try:
                 loaded = list(_yaml(source.indent).load_all(text))
@@ -445,7 +452,7 @@ class _Context:
         self.label = doc.label
 
     def warn(self, path: str, message: str) -> None:
-        self.findings.append(Finding(str(self.doc.file.relative), self.doc.index, self.label, path, message))
+        self.findings.append(Finding(self.doc.file.name, self.doc.index, self.label, path, message))
 
 
 def _metadata(node: dict, position: int | None = None) -> dict:
@@ -637,7 +644,7 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
         if not doc.is_object:
             rendering.findings.append(
                 Finding(
-                    str(doc.file.relative),
+                    doc.file.name,
                     doc.index,
                     "?",
                     "",

@@ -14,7 +14,7 @@ import pytest
 
 from ferry.digest_map import ImageRecord
 from ferry.errors import UsageError
-from ferry.manifests import Rules, guess_indent, load_sources, plain, rewrite_image, transform
+from ferry.manifests import Rules, guess_indent, load_sources, plain, readiness, references, rewrite_image, transform
 from ferry.plan import load_target_profile
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "manifests"
@@ -167,7 +167,7 @@ def rendered() -> tuple[dict, Any]:
 
 
 def _load() -> list:
-    return load_sources([EXAMPLES])
+    return load_sources([EXAMPLES], EXAMPLES)
 
 
 def test_the_table_covers_every_document_of_the_examples(rendered: tuple[dict, Any]) -> None:
@@ -250,11 +250,11 @@ def test_sources_are_files_and_folders_in_order(tmp_path: Path) -> None:
     (tmp_path / "a" / "b.yaml").write_text("kind: C\n", encoding="utf-8")
     (tmp_path / "a" / "notes.txt").write_text("not yaml: [", encoding="utf-8")
     (tmp_path / "one.yaml").write_text("kind: D\n", encoding="utf-8")
-    files = load_sources([tmp_path / "a", tmp_path / "one.yaml"])
-    assert [(str(f.relative), [d.data["kind"] for d in f.documents]) for f in files] == [
-        ("b.yaml", ["C"]),
-        ("deep/z.yml", ["A", "B"]),
-        ("one.yaml", ["D"]),
+    files = load_sources([tmp_path / "a", tmp_path / "one.yaml"], tmp_path)
+    assert [(str(f.relative), f.name, [d.data["kind"] for d in f.documents]) for f in files] == [
+        ("b.yaml", "a/b.yaml", ["C"]),
+        ("deep/z.yml", "a/deep/z.yml", ["A", "B"]),
+        ("one.yaml", "one.yaml", ["D"]),
     ]
     with pytest.raises(UsageError, match=r"missing\.yaml: no such file or folder"):
         load_sources([tmp_path / "missing.yaml"])
@@ -298,3 +298,91 @@ def test_output_keeps_the_indentation_of_its_input(text: str, indent: tuple[int,
     assert guess_indent(text) == indent
     (tmp_path / "f.yaml").write_text(text, encoding="utf-8")
     assert load_sources([tmp_path / "f.yaml"])[0].text() == text
+
+
+def _workload(kind: str, status: dict, generation: int = 1, **spec: Any) -> dict:
+    return {"kind": kind, "metadata": {"generation": generation}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (_workload("Deployment", {}, replicas=2), ("waiting", "generation 1 not observed yet")),
+        (
+            _workload("Deployment", {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 1}, replicas=2),
+            ("waiting", "readyReplicas 1 of 2"),
+        ),
+        (
+            _workload(
+                "Deployment",
+                {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2},
+                replicas=2,
+            ),
+            ("ready", ""),
+        ),
+        (
+            _workload(
+                "Deployment",
+                {
+                    "observedGeneration": 1,
+                    "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}],
+                },
+            ),
+            ("failed", "progress deadline exceeded"),
+        ),
+        (_workload("StatefulSet", {"observedGeneration": 1, "updatedReplicas": 1, "readyReplicas": 1}), ("ready", "")),
+        (_workload("DaemonSet", {"observedGeneration": 1}), ("waiting", "scheduled 0 of ?")),
+        (
+            _workload("DaemonSet", {"observedGeneration": 1, "desiredNumberScheduled": 3, "currentNumberScheduled": 3}),
+            ("ready", ""),
+        ),
+        (_workload("Job", {}), ("waiting", "not started")),
+        (_workload("Job", {"startTime": "2026-01-01T00:00:00Z"}), ("ready", "")),
+        (
+            _workload("Job", {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
+            ("failed", "job failed: BackoffLimitExceeded"),
+        ),
+        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "False"}]}), ("waiting", "not Ready")),
+        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "True"}]}), ("ready", "")),
+        (_workload("ConfigMap", {}), ("ready", "")),
+    ],
+)
+def test_readiness_of_live_objects(obj: dict, expected: tuple[str, str]) -> None:
+    assert readiness(obj) == expected
+
+
+def test_references_to_config_maps_and_secrets(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    job = next(d for d in rendering.documents if d.name == "eval-once")
+    assert references(job.plain(), _rules()) == {("ConfigMap", "eval-config-7f9g2h")}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "configMap": {"name": "cm-vol"}},
+                {"name": "b", "secret": {"secretName": "s-vol"}},
+                {
+                    "name": "c",
+                    "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-p"}}]},
+                },
+            ],
+            "containers": [
+                {
+                    "name": "x",
+                    "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "cm-from"}}],
+                }
+            ],
+        },
+    }
+    assert references(pod, _rules()) == {
+        ("Secret", "pull"),
+        ("ConfigMap", "cm-vol"),
+        ("Secret", "s-vol"),
+        ("ConfigMap", "cm-proj"),
+        ("Secret", "s-p"),
+        ("Secret", "s-env"),
+        ("ConfigMap", "cm-from"),
+    }

@@ -255,7 +255,7 @@ class ManifestsPhase(Phase):
 
     def render(self) -> Rendering:
         """The sources read and transformed (nothing written)."""
-        return transform(load_sources(list(self.files().values())), self.rules())
+        return transform(load_sources(list(self.files().values()), self.loaded.path.parent.resolve()), self.rules())
 
     def validate(self, rendering: Rendering) -> list[CheckResult]:
         """Schema, policy and warnings of a rendering: the checks that need no cluster."""

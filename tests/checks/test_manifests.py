@@ -35,7 +35,7 @@ spec:
 
 def _render(tmp_path: Path, text: str) -> Rendering:
     (tmp_path / "in.yaml").write_text(text, encoding="utf-8")
-    return transform(load_sources([tmp_path / "in.yaml"]), _rules())
+    return transform(load_sources([tmp_path / "in.yaml"], tmp_path), _rules())
 
 
 def test_every_schema_error_is_listed_not_only_the_first() -> None:
@@ -87,7 +87,7 @@ spec:
 
 
 def test_the_examples_are_valid_kubernetes_1_30() -> None:
-    rendering = transform(load_sources([EXAMPLES]), _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
     result = check_manifests_schema(rendering, "1.30", _rules())
     # Only the custom resources lack a schema; JobSet's and PyTorchJob's pod templates are validated.
     assert result.status == Status.WARN, result.evidence
@@ -95,7 +95,7 @@ def test_the_examples_are_valid_kubernetes_1_30() -> None:
 
 
 def test_policy_of_the_profile(tmp_path: Path) -> None:
-    rendering = transform(load_sources([EXAMPLES]), _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
     result = check_manifests_policy(rendering, _rules())
     # The examples keep one :latest image (the preprocess Job) and unpinned moved images (not in the digest map).
     assert result.status == Status.FAIL
@@ -130,7 +130,7 @@ spec:
 
 
 def test_warnings_are_counted_against_the_limit() -> None:
-    rendering = transform(load_sources([EXAMPLES]), _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
     count = len(rendering.findings)
     assert check_manifests_warnings(rendering, None).status == Status.WARN
     assert check_manifests_warnings(rendering, count).status == Status.WARN
