@@ -137,7 +137,7 @@ def _translated(what: str) -> Iterator[None]:
         raise TransientError(f"{what}: {exc}") from None
 
 
-class Cluster:
+class ClusterApi:
     """The target cluster through the official client's dynamic API: get, apply, replace, delete by object."""
 
     def __init__(self, api_client: Any):
@@ -190,17 +190,23 @@ class Cluster:
         with _translated(f"replace {obj['kind']} {obj['metadata']['name']}"):
             return resource.replace(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> bool:
-        """Delete (foreground: a Job's pods go with it); False when it was already gone."""
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None, wait_s: float = 300) -> bool:
+        """Delete (foreground: a Job's pods go with it) and wait until it is gone, so that the name can be created
+        again; False when it was already gone."""
         from kubernetes.dynamic.exceptions import NotFoundError
 
         resource = self._resource(api_version, kind)
         with _translated(f"delete {kind} {name}"):
             try:
                 resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
-                return True
             except NotFoundError:
                 return False
+        deadline = time.monotonic() + wait_s
+        while self.get(api_version, kind, name, namespace) is not None:
+            if time.monotonic() > deadline:
+                raise TransientError(f"delete {kind} {name}: still there after {wait_s:g} s (finalizers?)")
+            time.sleep(0.5)
+        return True
 
 
 class ManifestsPhase(Phase):
@@ -235,15 +241,19 @@ class ManifestsPhase(Phase):
             "kubernetes_version": self.loaded.plan.target.kubernetes_version,
         }
 
+    def images(self) -> dict[str, str]:
+        """Source image prefix -> target prefix: source.registry -> target.registry when both are set, then the
+        settings' own."""
+        plan = self.loaded.plan
+        default = {plan.source.registry: plan.target.registry} if plan.source.registry and plan.target.registry else {}
+        return {**default, **self.settings.images}
+
     def rules(self) -> Rules:
         """The transforms' rules from the settings, the target profile and the images phase's digest map."""
         plan, settings, target = self.loaded.plan, self.settings, self.loaded.target
-        images = {}
-        if plan.source.registry and plan.target.registry:
-            images[plan.source.registry] = plan.target.registry
         return Rules(
             plan=plan.name,
-            images={**images, **settings.images},
+            images=self.images(),
             digests=digest_map.read(self.loaded.state_dir),
             pod_annotations=dict(target.pod_annotations),
             gpu_resource=target.gpu_resource,
@@ -273,8 +283,7 @@ class ManifestsPhase(Phase):
         audit.write_text(self.name, "findings.txt", "".join(f"{f}\n" for f in rendering.findings))
 
     def summary(self) -> str:
-        plan, gate = self.loaded.plan, self.gate_settings
-        rules = self.rules()
+        plan, gate, settings = self.loaded.plan, self.gate_settings, self.settings
         cluster = plan.target.cluster
         where = (
             f"apply them to context {cluster.context} in waves ({', '.join(WAVES)}) with server-side apply, "
@@ -284,14 +293,14 @@ class ManifestsPhase(Phase):
         )
         return (
             f"rewrite the manifests of {', '.join(self.settings.sources)} for {self.loaded.target.name} "
-            f"(images {', '.join(f'{a} -> {b}' for a, b in rules.images.items()) or 'unchanged'}; "
-            f"namespaces {', '.join(f'{a} -> {b}' for a, b in rules.namespaces.items()) or 'unchanged'}; "
-            f"pod annotations on GPU workloads: {', '.join(rules.pod_annotations) or 'none'}), validate them "
-            f"against Kubernetes {plan.target.kubernetes_version or 'latest'} and {where}"
+            f"(images {', '.join(f'{a} -> {b}' for a, b in self.images().items()) or 'unchanged'}; "
+            f"namespaces {', '.join(f'{a} -> {b}' for a, b in settings.namespaces.items()) or 'unchanged'}; "
+            f"pod annotations on GPU workloads: {', '.join(self.loaded.target.pod_annotations) or 'none'}), "
+            f"validate them against Kubernetes {plan.target.kubernetes_version or 'latest'} and {where}"
         )
 
     # -- the cluster ------------------------------------------------------------------------------------
-    def cluster(self) -> Cluster:
+    def cluster(self) -> ClusterApi:
         """The official client on the plan's kubeconfig and context."""
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
@@ -300,11 +309,11 @@ class ManifestsPhase(Phase):
         assert target is not None
         path = kubeconfig_path(target, self.loaded)
         try:
-            return Cluster(config.new_client_from_config(str(path), context=target.context))
+            return ClusterApi(config.new_client_from_config(str(path), context=target.context))
         except (ConfigException, OSError) as exc:
             raise UsageError(f"{path}: cannot use context {target.context!r}: {exc}") from None
 
-    def objects(self, rendering: Rendering, cluster: Cluster) -> list[dict]:
+    def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
         """What to apply, in wave order: the rendered objects and the iam phase's bindings, each with a namespace
         when its kind is namespaced (the cluster's, when the manifest names none)."""
         target = self.loaded.plan.target.cluster
@@ -365,7 +374,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "fingerprints.json", self._fingerprints(cluster, objects))
         return {**summary, "applied": applied, "changed": applied > 0}
 
-    def _snapshot(self, cluster: Cluster, objects: list[dict], rendering: Rendering, audit: AuditFolder) -> None:
+    def _snapshot(self, cluster: ClusterApi, objects: list[dict], rendering: Rendering, audit: AuditFolder) -> None:
         """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are."""
         rules = self.rules()
         wanted = {key_of(o): o for o in objects}
@@ -389,7 +398,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "snapshot.json", snapshot)
         _write_private(self._secrets_file(audit.root), secrets)
 
-    def _apply(self, cluster: Cluster, objects: list[dict], audit: AuditFolder) -> int:
+    def _apply(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> int:
         """Apply wave by wave, journaling each object before it is changed; a Job with a new template is replaced."""
         snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
         journal = audit.path(self.name, "applied.jsonl")
@@ -415,7 +424,7 @@ class ManifestsPhase(Phase):
             log.info("applied", object=key, action=action)
         return count
 
-    def _wait(self, cluster: Cluster, objects: list[dict], reporter: Reporter) -> list[str]:
+    def _wait(self, cluster: ClusterApi, objects: list[dict], reporter: Reporter) -> list[str]:
         """Poll until every object is ready, one fails, or the timeout passes; what is not ready, and why."""
         deadline = time.monotonic() + self.gate_settings.rollout_timeout_s
         pending = {key_of(o): o for o in objects}
@@ -436,7 +445,7 @@ class ManifestsPhase(Phase):
             time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
         return [f"{key}: {why.get(key, 'not ready')}" for key in pending]
 
-    def _fingerprints(self, cluster: Cluster, objects: list[dict]) -> dict[str, str | None]:
+    def _fingerprints(self, cluster: ClusterApi, objects: list[dict]) -> dict[str, str | None]:
         live = {}
         for obj in objects:
             meta = obj["metadata"]
@@ -497,7 +506,7 @@ class ManifestsPhase(Phase):
         log.warning("rolled back the manifests phase", done=undo.text)
         return undo
 
-    def _drifted(self, cluster: Cluster, folder: Path) -> list[str]:
+    def _drifted(self, cluster: ClusterApi, folder: Path) -> list[str]:
         """Keys of objects whose live state differs from what the rollout left (none before it finished)."""
         recorded = folder / "fingerprints.json"
         if not recorded.exists():
@@ -510,7 +519,7 @@ class ManifestsPhase(Phase):
                 drifted.append(key)
         return drifted
 
-    def _undo_one(self, cluster: Cluster, entry: dict, snap: dict, secret: dict | None) -> None:
+    def _undo_one(self, cluster: ClusterApi, entry: dict, snap: dict, secret: dict | None) -> None:
         api_version, kind, namespace, name = entry["key"].split("|")
         ns = namespace or None
         if entry["action"] == "created":
