@@ -3,8 +3,19 @@ could not be carried over counted, and the rollout ready in time."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from checks.kube_schema import SchemaNotFoundError, VersionNotSupportedError, schema_errors, schema_version
-from ferry.manifests import Rendering, Rules, containers, is_gpu_workload, pod_templates, rewrite_image
+from ferry.errors import UsageError
+from ferry.manifests import (
+    Rendering,
+    Rules,
+    containers,
+    is_gpu_workload,
+    load_sources,
+    pod_templates,
+    rewrite_image,
+)
 from ferry.results import CheckResult, Status
 
 
@@ -100,3 +111,25 @@ def check_manifests_rollout(
         return CheckResult("manifests.rollout", Status.SKIP, {}, threshold, [skipped])
     measured = {"objects": objects, "not_ready": len(waiting)}
     return CheckResult("manifests.rollout", Status.FAIL if waiting else Status.PASS, measured, threshold, waiting)
+
+
+def check_manifests_sources(entries: list[Path], base: Path) -> CheckResult:
+    """Every sources entry exists and every file in it is YAML (preflight)."""
+    try:
+        files = load_sources(entries, base)
+    except UsageError as exc:
+        return CheckResult("preflight.manifests_sources", Status.FAIL, {"entries": len(entries)}, evidence=[str(exc)])
+    documents = sum(1 for f in files for d in f.documents if d.data is not None)
+    return CheckResult("preflight.manifests_sources", Status.PASS, {"files": len(files), "documents": documents})
+
+
+def check_manifests_cluster(server: str | None, problem: str, wanted: str | None) -> CheckResult:
+    """The target cluster's API server answers (preflight); a version other than target.kubernetes_version WARNs."""
+    name, threshold = "preflight.manifests_cluster", {"kubernetes_version": wanted or "any"}
+    if server is None:
+        return CheckResult(name, Status.FAIL, {}, threshold, [problem])
+    measured = {"server": server}
+    if wanted and server != wanted:
+        evidence = [f"the API server runs Kubernetes {server}; manifests are validated against {wanted}"]
+        return CheckResult(name, Status.WARN, measured, threshold, evidence)
+    return CheckResult(name, Status.PASS, measured, threshold)

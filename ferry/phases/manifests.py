@@ -25,15 +25,17 @@ import yaml
 from pydantic import Field, field_validator
 
 from checks.manifests import (
+    check_manifests_cluster,
     check_manifests_policy,
     check_manifests_rollout,
     check_manifests_schema,
+    check_manifests_sources,
     check_manifests_warnings,
 )
 from checks.preflight import kubeconfig_path
 from ferry import digest_map
 from ferry.audit import AuditFolder
-from ferry.errors import PermanentError, TransientError, UsageError
+from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.manifests import (
     MANAGED_BY_LABEL,
     PLAN_LABEL,
@@ -140,11 +142,15 @@ def _translated(what: str) -> Iterator[None]:
 class ClusterApi:
     """The target cluster through the official client's dynamic API: get, apply, replace, delete by object."""
 
-    def __init__(self, api_client: Any):
+    def __init__(self, api_client: Any, discovery_cache: Path):
         from kubernetes import dynamic
 
+        # Discovered afresh each time (the client would reuse a file in /tmp shared by every process, however
+        # old): what the cluster serves, and at which version, may have changed since the last call.
+        discovery_cache.parent.mkdir(parents=True, exist_ok=True)
+        discovery_cache.unlink(missing_ok=True)
         with _translated("discovery"):
-            self.client = dynamic.DynamicClient(api_client)
+            self.client = dynamic.DynamicClient(api_client, cache_file=str(discovery_cache))
 
     def _resource(self, api_version: str, kind: str) -> Any:
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -159,6 +165,11 @@ class ClusterApi:
                 return self.client.resources.get(api_version=api_version, kind=kind)
             except ResourceNotFoundError:
                 raise PermanentError(f"the cluster does not serve {api_version} {kind}") from None
+
+    def version(self) -> str:
+        """The API server's Kubernetes version, major.minor (from discovery)."""
+        found = self.client.version["kubernetes"]
+        return f"{found['major']}.{str(found['minor']).rstrip('+')}"
 
     def namespaced(self, api_version: str, kind: str) -> bool:
         return bool(self._resource(api_version, kind).namespaced)
@@ -299,6 +310,17 @@ class ManifestsPhase(Phase):
             f"validate them against Kubernetes {plan.target.kubernetes_version or 'latest'} and {where}"
         )
 
+    def preflight(self) -> list[CheckResult]:
+        """The sources are readable YAML; with a cluster, its API server answers (at which version)."""
+        results = [check_manifests_sources(list(self.files().values()), self.loaded.path.parent.resolve())]
+        if self.loaded.plan.target.cluster is not None:
+            wanted = self.loaded.plan.target.kubernetes_version
+            try:
+                results.append(check_manifests_cluster(self.cluster().version(), "", wanted))
+            except FerryError as exc:
+                results.append(check_manifests_cluster(None, str(exc), wanted))
+        return results
+
     # -- the cluster ------------------------------------------------------------------------------------
     def cluster(self) -> ClusterApi:
         """The official client on the plan's kubeconfig and context."""
@@ -309,9 +331,10 @@ class ManifestsPhase(Phase):
         assert target is not None
         path = kubeconfig_path(target, self.loaded)
         try:
-            return ClusterApi(config.new_client_from_config(str(path), context=target.context))
+            api_client = config.new_client_from_config(str(path), context=target.context)
         except (ConfigException, OSError) as exc:
             raise UsageError(f"{path}: cannot use context {target.context!r}: {exc}") from None
+        return ClusterApi(api_client, self.loaded.state_dir / "manifests" / "discovery-cache.json")
 
     def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
         """What to apply, in wave order: the rendered objects and the iam phase's bindings, each with a namespace

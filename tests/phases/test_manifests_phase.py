@@ -205,6 +205,21 @@ def test_without_a_cluster_it_renders_and_validates_only(tmp_path: Path) -> None
     assert phase.rollback(audit.root).text == "nothing to undo: run run-1 applied nothing to a cluster"
 
 
+def test_preflight_reads_the_sources_and_asks_the_cluster(emulator: KubeEmulator, tmp_path: Path) -> None:
+    phase = _phase(_write_plan(tmp_path, emulator))
+    assert [(r.name, r.status, r.measured) for r in phase.preflight()] == [
+        ("preflight.manifests_sources", Status.PASS, {"files": 1, "documents": 7}),
+        ("preflight.manifests_cluster", Status.PASS, {"server": "1.30"}),
+    ]
+    emulator.version = "1.31"
+    assert phase.preflight()[1].status == Status.WARN
+    (tmp_path / "k8s" / "bad.yaml").write_text("kind: [\n")
+    emulator.stop()
+    sources, cluster = phase.preflight()
+    assert sources.status == Status.FAIL and "bad.yaml:2: not valid YAML" in sources.evidence[0]
+    assert cluster.status == Status.FAIL and "discovery" in cluster.evidence[0]
+
+
 def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator, tmp_path: Path) -> None:
     _ready(emulator)
     before = _previous_state(emulator)
