@@ -166,6 +166,27 @@ class ClusterApi:
             except ResourceNotFoundError:
                 raise PermanentError(f"the cluster does not serve {api_version} {kind}") from None
 
+    # Kinds looked for in a namespace before deleting it; what a controller owns (pods of a Deployment) is not asked.
+    _NAMESPACED = (
+        ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "PersistentVolumeClaim"), ("v1", "Service"), ("v1", "Pod"),
+        ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
+        ("batch/v1", "CronJob"),
+    )  # fmt: skip
+
+    def strangers(self, namespace: str, plan: str) -> list[str]:
+        """Objects in namespace that the plan did not apply and no controller owns (kind/name each)."""
+        found = []
+        for api_version, kind in self._NAMESPACED:
+            resource = self._resource(api_version, kind)
+            with _translated(f"list {kind} in {namespace}"):
+                items = resource.get(namespace=namespace, label_selector=f"{PLAN_LABEL}!={plan}").to_dict()["items"]
+            for item in items:
+                meta = item["metadata"]
+                # Every namespace gets the cluster's CA bundle ConfigMap: it is no one's.
+                if not meta.get("ownerReferences") and meta["name"] != "kube-root-ca.crt":
+                    found.append(f"{kind}/{meta['name']}")
+        return found
+
     def version(self) -> str:
         """The API server's Kubernetes version, major.minor (from discovery)."""
         found = self.client.version["kubernetes"]
@@ -522,9 +543,9 @@ class ManifestsPhase(Phase):
                 f"{len(drifted)} object(s) changed since the rollout of run {audit_root.name} "
                 f"({', '.join(k.replace('|', ' ') for k in drifted[:3])}): rollback stopped; --force restores anyway"
             )
-        for entry in order:
-            self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"]))
-        undo = Undo(f"restored {len(items)} object(s) of run {audit_root.name} in reverse wave order", items)
+        kept = [self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"])) for entry in order]
+        notes = [note for note in kept if note]
+        undo = Undo(f"restored {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
         done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
         log.warning("rolled back the manifests phase", done=undo.text)
         return undo
@@ -542,24 +563,36 @@ class ManifestsPhase(Phase):
                 drifted.append(key)
         return drifted
 
-    def _undo_one(self, cluster: ClusterApi, entry: dict, snap: dict, secret: dict | None) -> None:
+    def _undo_one(self, cluster: ClusterApi, entry: dict, snap: dict, secret: dict | None) -> str | None:
+        """Undo one journaled change; a note when something is kept instead (it is not ferry's to delete)."""
         api_version, kind, namespace, name = entry["key"].split("|")
         ns = namespace or None
         if entry["action"] == "created":
+            live = cluster.get(api_version, kind, name, ns)
+            if live is None:
+                return None
+            labels = (live.get("metadata") or {}).get("labels") or {}
+            if labels.get(PLAN_LABEL) != self.loaded.plan.name:
+                return f"kept {kind} {name}: it does not carry {PLAN_LABEL}={self.loaded.plan.name} (not ferry's)"
+            if kind == "Namespace":
+                strangers = cluster.strangers(name, self.loaded.plan.name)
+                if strangers:
+                    return f"kept Namespace {name}: it holds objects ferry did not apply ({', '.join(strangers[:3])})"
             cluster.delete(api_version, kind, name, ns)
-            return
+            return None
         previous = secret if kind == "Secret" else snap.get("object")
         if previous is None:
-            return
+            return None
         restored = _restorable(previous)
         live = cluster.get(api_version, kind, name, ns)
         if entry["action"] == "replaced" or live is None:
             if live is not None:
                 cluster.delete(api_version, kind, name, ns)
             cluster.create(_without_generated_job_fields(restored) if kind == "Job" else restored)
-            return
+            return None
         restored["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         cluster.replace(restored)
+        return None
 
 
 def _without_generated_job_fields(job: dict) -> dict:

@@ -305,6 +305,39 @@ def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: 
     assert "ferry.io/plan" not in str(emulator.get("apps/v1", "Deployment", "someone-elses", NS))
 
 
+def test_rollback_deletes_only_what_carries_the_plan_label(emulator: KubeEmulator, tmp_path: Path) -> None:
+    _ready(emulator)
+    manifests = MANIFESTS.replace("ml-train", "fresh").replace(f"namespaces: {{ml-train: {NS}}}", "")
+    phase = _phase(_write_plan(tmp_path, emulator, manifests=manifests))
+    audit, _ = _run(phase, tmp_path)
+    # Meanwhile someone put their own ConfigMap in the namespace ferry created, and replaced ferry's PVC by theirs.
+    emulator.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "theirs", "namespace": "fresh"}})
+    from kubernetes import dynamic
+
+    claims = dynamic.DynamicClient(emulator.api_client()).resources.get(api_version="v1", kind="PersistentVolumeClaim")
+    claims.delete(name="checkpoints", namespace="fresh")
+    emulator.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "checkpoints", "namespace": "fresh"},
+            "spec": {"accessModes": ["ReadWriteOnce"]},
+        }
+    )
+    undo = phase.rollback(audit.root, force=True)
+    assert undo.items[:2] == [
+        "kept PersistentVolumeClaim checkpoints: it does not carry ferry.io/plan=llm-train (not ferry's)",
+        "kept Namespace fresh: it holds objects ferry did not apply "
+        "(ConfigMap/theirs, PersistentVolumeClaim/checkpoints)",
+    ]
+    assert emulator.get("v1", "Namespace", "fresh") is not None
+    assert {o["metadata"]["name"] for o in emulator.objects() if o["metadata"].get("namespace") == "fresh"} == {
+        "theirs",
+        "checkpoints",
+    }
+    assert emulator.get("apps/v1", "Deployment", "trainer", "fresh") is None
+
+
 def test_a_rollout_that_never_gets_ready_fails_the_gate(emulator: KubeEmulator, tmp_path: Path) -> None:
     before = _previous_state(emulator)
     emulator.on_write("Job", lambda j: {"startTime": "2026-01-01T00:00:00Z"})
