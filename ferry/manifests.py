@@ -96,15 +96,15 @@ class Rules:
     template_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def paths_for(self, api_version: str, kind: str) -> tuple[str, ...] | None:
-        """Where the kind's pod templates live, or None for a kind no rule knows."""
+        """Where the kind's pod templates live (the built-in paths, then the plan's), or None for a kind no rule
+        knows."""
         group = api_version.rpartition("/")[0]
-        for table in (self.template_paths, BUILTIN_TEMPLATE_PATHS):
-            found = table.get(f"{group}/{kind}")
-            if found is None and group in BUILTIN_GROUPS:
-                found = table.get(kind)
-            if found is not None:
-                return found
-        return None
+        names = (f"{group}/{kind}", kind) if group in BUILTIN_GROUPS else (f"{group}/{kind}",)
+        found = [
+            path for table in (BUILTIN_TEMPLATE_PATHS, self.template_paths) for n in names for path in table.get(n, ())
+        ]
+        known = any(n in table for table in (BUILTIN_TEMPLATE_PATHS, self.template_paths) for n in names)
+        return tuple(dict.fromkeys(found)) if known else None
 
 
 @dataclass(frozen=True)
@@ -656,6 +656,11 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
         _urls(ctx)
         _namespaces(ctx)
         known = rules.paths_for(doc.api_version, doc.kind) is not None
+        if doc.kind == "List" and doc.api_version == "v1":
+            # `kubectl get -o yaml` output: the items would need transforming and applying one by one.
+            rendering.untransformed.append(f"{doc.where} {ctx.label}")
+            ctx.warn("items", "a v1 List is not transformed nor applicable: split it into one document per object")
+            continue
         if not known and doc.api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("", f"kind {doc.api_version} {doc.kind} has no template path: only namespace and labels mapped")

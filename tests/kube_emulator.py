@@ -9,7 +9,8 @@ resourceVersion on PUT is a 409, as is creating what exists; a Job's pod templat
 
 What an emulator cannot show: nothing runs. There are no controllers (no pods behind a Deployment, no
 readiness, no garbage collection by owner), no admission or schema validation, no authentication or RBAC, no
-watches; a namespace is deleted at once with its objects (a real one goes through Terminating); server-side
+watches; a DELETE answers a Status (a real server often answers the object; the dynamic client takes either);
+a namespace is deleted at once with its objects (a real one goes through Terminating); server-side
 apply removes the fields its manager applied before and no longer applies, but treats lists as atomic and
 reports no conflicts with other managers. Tests simulate what controllers do by setting `.status`:
 `set_status()` for one object, `on_write(kind, fn)` for a status computed after every write of a kind; and

@@ -386,3 +386,16 @@ def test_references_to_config_maps_and_secrets(rendered: tuple[dict, Any]) -> No
         ("Secret", "s-env"),
         ("ConfigMap", "cm-from"),
     }
+
+
+def test_template_paths_add_to_the_built_ins_and_lists_are_reported(tmp_path: Path) -> None:
+    rules = Rules(plan="p", template_paths={"Deployment": ("spec.extra.template",), "x.io/Thing": ("spec.t",)})
+    assert rules.paths_for("apps/v1", "Deployment") == ("spec.template", "spec.extra.template")
+    assert rules.paths_for("x.io/v1", "Thing") == ("spec.t",)
+    assert rules.paths_for("x.io/v1", "Deployment") is None
+    assert rules.paths_for("v1", "ConfigMap") is None
+    (tmp_path / "list.yaml").write_text("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n")
+    rendering = transform(load_sources([tmp_path / "list.yaml"], tmp_path), rules)
+    assert [str(f) for f in rendering.findings] == [
+        "list.yaml#0 List/?: items: a v1 List is not transformed nor applicable: split it into one document per object"
+    ]

@@ -362,7 +362,8 @@ class ManifestsPhase(Phase):
         when its kind is namespaced (the cluster's, when the manifest names none)."""
         target = self.loaded.plan.target.cluster
         assert target is not None
-        found = [doc.plain() for doc in rendering.documents if doc.is_object]
+        # A v1 List is reported as not applicable (a finding), not applied.
+        found = [doc.plain() for doc in rendering.documents if doc.is_object and doc.kind != "List"]
         published = self.loaded.state_dir / "iam" / "rbac.yaml"
         if published.exists():
             for binding in yaml.safe_load_all(published.read_text(encoding="utf-8")):
