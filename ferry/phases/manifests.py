@@ -94,6 +94,11 @@ def key_of(obj: dict) -> str:
     return "|".join((obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"]))
 
 
+def shown(key: str) -> str:
+    """A journal key as reports show it: apiVersion kind [namespace] name."""
+    return " ".join(part for part in key.split("|") if part)
+
+
 def _restorable(obj: dict) -> dict:
     """obj without status and server-set metadata: what a restore writes back."""
     clean = copy.deepcopy(obj)
@@ -420,7 +425,12 @@ class ManifestsPhase(Phase):
         return {**summary, "applied": applied, "changed": applied > 0}
 
     def _snapshot(self, cluster: ClusterApi, objects: list[dict], rendering: Rendering, audit: AuditFolder) -> None:
-        """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are."""
+        """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are.
+
+        Taken once per run: a retried step keeps the first snapshot, not what its first attempt half applied.
+        """
+        if (audit.root / self.name / "snapshot.json").exists():
+            return
         rules = self.rules()
         wanted = {key_of(o): o for o in objects}
         for obj in objects:
@@ -444,30 +454,30 @@ class ManifestsPhase(Phase):
         _write_private(self._secrets_file(audit.root), secrets)
 
     def _apply(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> int:
-        """Apply wave by wave, journaling each object before it is changed; a Job with a new template is replaced."""
+        """Apply wave by wave, journaling each object before it is changed; a Job whose pod template changed (the
+        API server refuses the apply: immutable) is replaced."""
         snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
         journal = audit.path(self.name, "applied.jsonl")
-        count = 0
+
+        def record(key: str, kind: str, action: str) -> None:
+            with journal.open("a", encoding="utf-8") as file:
+                file.write(json.dumps({"key": key, "wave": wave_of(kind), "action": action}) + "\n")
+
         for obj in objects:
             key, meta = key_of(obj), obj["metadata"]
-            existed = snapshot[key]["existed"]
-            before = snapshot[key].get("object")
-            replace = (
-                obj["kind"] == "Job"
-                and existed
-                and (before or {}).get("spec", {}).get("template") != obj["spec"].get("template")
-            )
-            action = "replaced" if replace else "updated" if existed else "created"
-            with journal.open("a", encoding="utf-8") as file:
-                file.write(json.dumps({"key": key, "wave": wave_of(obj["kind"]), "action": action}) + "\n")
-            if replace:
+            action = "updated" if snapshot[key]["existed"] else "created"
+            record(key, obj["kind"], action)
+            try:
+                cluster.apply(obj)
+            except PermanentError as exc:
+                if obj["kind"] != "Job" or exc.code != "422":
+                    raise
+                action = "replaced"
+                record(key, obj["kind"], action)
                 cluster.delete(obj["apiVersion"], "Job", meta["name"], meta.get("namespace"))
                 cluster.create(obj)
-            else:
-                cluster.apply(obj)
-            count += 1
             log.info("applied", object=key, action=action)
-        return count
+        return len(objects)
 
     def _wait(self, cluster: ClusterApi, objects: list[dict], reporter: Reporter) -> list[str]:
         """Poll until every object is ready, one fails, or the timeout passes; what is not ready, and why."""
@@ -528,21 +538,26 @@ class ManifestsPhase(Phase):
         snapshot = {e["key"]: e for e in json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))}
         secrets_file = self._secrets_file(audit_root)
         secrets = json.loads(secrets_file.read_text(encoding="utf-8")) if secrets_file.exists() else {}
-        # Applied in wave order: undone in exactly the reverse order.
-        order = applied[::-1]
+        # One undo per object, in exactly the reverse order of application; a Job replaced after its apply was
+        # refused is undone as replaced (a retried step may have journaled an object twice).
+        merged: dict[str, dict] = {}
+        for entry in applied:
+            first = merged.setdefault(entry["key"], dict(entry))
+            if entry["action"] == "replaced" and first["action"] != "created":
+                first["action"] = "replaced"
+        order = list(merged.values())[::-1]
         items = [
-            f"{'delete' if a['action'] == 'created' else 'restore'} {a['key'].replace('|', ' ')} ({a['wave']})"
-            for a in order
+            f"{'delete' if a['action'] == 'created' else 'restore'} {shown(a['key'])} ({a['wave']})" for a in order
         ]
         cluster = self.cluster()
         drifted = self._drifted(cluster, folder)
         if dry_run:
-            notes = [f"changed since the rollout: {key.replace('|', ' ')}" for key in drifted]
+            notes = [f"changed since the rollout: {shown(key)}" for key in drifted]
             return Undo(f"restore {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
         if drifted and not force:
             raise UsageError(
                 f"{len(drifted)} object(s) changed since the rollout of run {audit_root.name} "
-                f"({', '.join(k.replace('|', ' ') for k in drifted[:3])}): rollback stopped; --force restores anyway"
+                f"({', '.join(shown(k) for k in drifted[:3])}): rollback stopped; --force restores anyway"
             )
         kept = [self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"])) for entry in order]
         notes = [note for note in kept if note]

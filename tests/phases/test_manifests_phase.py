@@ -247,6 +247,8 @@ def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator,
         ("Secret", "updated"),
         ("PersistentVolumeClaim", "created"),
         ("Deployment", "created"),
+        # The API server refused to change the Job's pod template (immutable): replaced.
+        ("Job", "updated"),
         ("Job", "replaced"),
     ]
     deployment = emulator.get("apps/v1", "Deployment", "trainer", NS)
@@ -279,7 +281,7 @@ def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator,
 
     preview = phase.rollback(audit.root, dry_run=True)
     assert preview.items[0] == f"restore batch/v1 Job {NS} preprocess (workloads)"
-    assert preview.items[-1] == f"restore v1 Namespace  {NS} (namespaces)"
+    assert preview.items[-1] == f"restore v1 Namespace {NS} (namespaces)"
     undo = phase.rollback(audit.root)
     assert undo.text == "restored 8 object(s) of run run-1 in reverse wave order"
     after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
@@ -368,3 +370,24 @@ def test_a_later_rollback_stops_on_objects_changed_since_unless_forced(emulator:
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "12"
     phase.rollback(audit.root, force=True)
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"] == {"EPOCHS": "5", "LR": "0.1"}
+
+
+def test_a_retried_step_keeps_the_first_snapshot_and_a_job_is_replaced_once(
+    emulator: KubeEmulator, tmp_path: Path
+) -> None:
+    _ready(emulator)
+    before = _previous_state(emulator)
+    phase = _phase(_write_plan(tmp_path, emulator))
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-3")
+    phase.run("run", audit, Reporter())
+    job = emulator.get("batch/v1", "Job", "preprocess", NS)
+    phase.run("run", audit, Reporter())  # as Prefect retries a step after a transient error
+    # The second apply of the same pod template is accepted: the Job is not replaced (re-run) again.
+    assert emulator.get("batch/v1", "Job", "preprocess", NS)["metadata"]["uid"] == job["metadata"]["uid"]
+    actions = [
+        json.loads(line)["action"] for line in (audit.root / "manifests" / "applied.jsonl").read_text().splitlines()
+    ]
+    assert actions.count("replaced") == 1
+    undo = phase.rollback(audit.root)
+    assert len(undo.items) == 7
+    assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
