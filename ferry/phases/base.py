@@ -113,7 +113,7 @@ class Phase(abc.ABC):
         return None
 
     def files(self) -> dict[tuple, Path]:
-        """The files the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
+        """The files and folders the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
         return {}
 
     def inputs(self) -> dict[str, Any]:

@@ -61,6 +61,16 @@ def test_render_writes_each_file_at_its_relative_path_and_prints_the_warnings(tm
     assert "c2VjcmV0LXZhbHVlLW5ldmVyLXByaW50ZWQ=" not in (audit / "bundle.yaml").read_text() + out
 
 
+def test_plan_validate_accepts_a_sources_folder_and_names_a_missing_one(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    code, out, err = run_cli("plan", "validate", str(plan))
+    assert code == 0, err
+    plan.write_text(plan.read_text().replace("manifests/k8s/", "manifests/missing/"))
+    code, _, err = run_cli("plan", "validate", str(plan))
+    assert code == 2
+    assert f"phases.manifests.sources.0: {tmp_path / 'manifests' / 'missing'}: no such readable file or folder" in err
+
+
 def test_render_fails_on_too_many_warnings_and_one_line_for_a_plan_without_the_phase(tmp_path: Path) -> None:
     plan = _plan(tmp_path, gates="gates:\n  manifests: {max_warnings: 2}")
     code, out, _ = run_cli("manifests", "render", str(plan), "--out", str(tmp_path / "out"))
