@@ -319,6 +319,19 @@ class ManifestsPhase(Phase):
         audit.write_text(self.name, "diff.patch", rendering.diff())
         audit.write_text(self.name, "findings.txt", "".join(f"{f}\n" for f in rendering.findings))
 
+    def report(self, rendering: Rendering, results: list[CheckResult]) -> str:
+        """What was rendered and validated, and what could not be carried over, as Markdown (no Secret value)."""
+        lines = [
+            f"# Manifests for {self.loaded.target.name}",
+            "",
+            f"{len(rendering.documents)} object(s) from {len(rendering.files)} file(s); "
+            + ", ".join(f"{r.name} **{r.status.value}**" for r in results),
+            "",
+            f"## Not carried over ({len(rendering.findings)})",
+            *(f"- {finding}" for finding in rendering.findings),
+        ]
+        return "\n".join(lines) + "\n"
+
     def summary(self) -> str:
         plan, gate, settings = self.loaded.plan, self.gate_settings, self.settings
         cluster = plan.target.cluster
@@ -407,6 +420,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "validation.json", [r.to_dict() for r in results])
         for finding in rendering.findings:
             log.warning("not carried over", finding=str(finding))
+        reporter.markdown("manifests-report", self.report(rendering, results), "Manifests rendered for the target")
         summary: dict[str, Any] = {"rendered": len(rendering.documents), "warnings": len(rendering.findings)}
         if self.loaded.plan.target.cluster is None:
             audit.write_json(self.name, "readiness.json", {"skipped": "no target.cluster: rendered and validated only"})

@@ -188,11 +188,25 @@ def _by_name(results: list) -> dict:
     return {r.name: r for r in results}
 
 
+class _Recorder(Reporter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reports: dict[str, str] = {}
+
+    def markdown(self, key: str, text: str, description: str) -> None:
+        self.reports[key] = text
+
+
 def test_without_a_cluster_it_renders_and_validates_only(tmp_path: Path) -> None:
     phase = _phase(_write_plan(tmp_path, None))
     assert not phase.live_inputs
     assert "no target.cluster: render and validate only" in phase.summary()
-    audit, results = _run(phase, tmp_path)
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-1")
+    reporter = _Recorder()
+    phase.run("run", audit, reporter)
+    results = phase.gate(audit)
+    report = reporter.reports["manifests-report"]
+    assert "7 object(s) from 1 file(s); manifests.schema **PASS**" in report and "s3cr3t" not in report
     gate = _by_name(results)
     assert gate["manifests.rollout"].status == Status.SKIP
     assert gate["manifests.rollout"].evidence == ["no target.cluster: rendered and validated only"]
