@@ -1,10 +1,11 @@
-"""The iam gate: how much of the source's access carried over, what is ambiguous or widened, and whether
-the rendered bindings are what the mapping decided and valid Kubernetes objects."""
+"""The iam gate: how much of the source's access carried over; what is ambiguous, widened, on an escalation
+path, unresolved or conditional; and whether the rendered bindings are what the mapping decided and valid
+Kubernetes objects."""
 
 from __future__ import annotations
 
 from checks.kube_schema import SchemaNotFoundError, VersionNotSupportedError, schema_errors, schema_version
-from ferry.iam import RBAC_GROUP, Level, Mapping
+from ferry.iam.model import RBAC_GROUP, Level, Mapping
 from ferry.results import CheckResult, Status
 
 
@@ -32,6 +33,33 @@ def check_iam_widened(mapping: Mapping, allow_widening: bool) -> CheckResult:
     evidence = [f"{p.id}: {text}" for p in mapping.principals for text in p.widened]
     status = Status.PASS if not evidence else Status.WARN if allow_widening else Status.FAIL
     return CheckResult("iam.widened", status, {"widened": len(evidence)}, {"allow_widening": allow_widening}, evidence)
+
+
+def check_iam_escalation(mapping: Mapping, max_escalation: int) -> CheckResult:
+    """Principals that can raise their own access (escalation paths no override of the plan accepted)."""
+    escalating = mapping.escalating()
+    evidence = [f"{p.id}: {text}" for p in escalating for text in p.escalations]
+    accepted = sum(1 for p in mapping.principals if p.escalations and p.override is not None)
+    status = Status.FAIL if len(escalating) > max_escalation else Status.WARN if escalating else Status.PASS
+    measured = {"escalation": len(escalating), "accepted_by_override": accepted}
+    return CheckResult("iam.escalation", status, measured, {"max_escalation": max_escalation}, evidence)
+
+
+def _counted(name: str, mapping: Mapping, attr: str, limit: int | None) -> CheckResult:
+    """A category the gate counts: WARN when there is any, FAIL above the plan's limit when it sets one."""
+    evidence = [f"{p.id}: {text}" for p in mapping.principals for text in getattr(p, attr)]
+    status = Status.FAIL if limit is not None and len(evidence) > limit else Status.WARN if evidence else Status.PASS
+    return CheckResult(f"iam.{name}", status, {name: len(evidence)}, {f"max_{name}": limit}, evidence)
+
+
+def check_iam_unresolved(mapping: Mapping, max_unresolved: int | None) -> CheckResult:
+    """Principals and members the exports cannot resolve (never bound)."""
+    return _counted("unresolved", mapping, "unresolved", max_unresolved)
+
+
+def check_iam_conditional(mapping: Mapping, max_conditional: int | None) -> CheckResult:
+    """Grants that hold only under a condition the plan does not assume (not bound)."""
+    return _counted("conditional", mapping, "conditional", max_conditional)
 
 
 def check_rbac_bindings(docs: list[dict], mapping: Mapping) -> CheckResult:
@@ -83,9 +111,11 @@ def check_rbac_bindings(docs: list[dict], mapping: Mapping) -> CheckResult:
     )
 
 
-def check_rbac_schema(docs: list[dict], kubernetes_version: str | None) -> CheckResult:
-    """Every rendered object validates, strictly, against the Kubernetes OpenAPI schema of the version."""
-    name = "iam.rbac_schema"
+def check_rbac_schema(docs: list[dict], kubernetes_version: str | None, name: str = "iam.rbac_schema") -> CheckResult:
+    """Every rendered object validates, strictly, against the Kubernetes OpenAPI schema of the version.
+
+    name: the check's name (the go-live phase validates its probe Jobs with it too).
+    """
     try:
         version = schema_version(kubernetes_version)
     except VersionNotSupportedError:

@@ -21,6 +21,7 @@ import yaml
 
 from connectors.base import Connector
 from ferry.errors import FerryError
+from ferry.golive.kube import kubeconfig_path
 from ferry.results import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -111,15 +112,6 @@ def check_registry(role: str, registry: str) -> list[CheckResult]:
     return [result, check_private_host(f"preflight.{role}_registry_private", hostname)]
 
 
-def kubeconfig_path(cluster: Cluster, loaded: LoadedPlan) -> Path:
-    """The cluster's kubeconfig: the plan's (relative to it), else $KUBECONFIG's first file, else ~/.kube/config."""
-    if cluster.kubeconfig:
-        return loaded.resolve(cluster.kubeconfig)
-    if os.environ.get("KUBECONFIG"):
-        return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
-    return Path.home() / ".kube" / "config"
-
-
 def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[CheckResult]:
     """The kubeconfig names the cluster's context, and its API server is a private address.
 
@@ -127,7 +119,7 @@ def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[Check
     proves the plan points at a context that exists.
     """
     name = f"preflight.{role}_cluster"
-    path = kubeconfig_path(cluster, loaded)
+    path = kubeconfig_path(cluster.kubeconfig, loaded.path.parent.resolve())
     measured = {"kubeconfig": str(path), "context": cluster.context}
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -180,7 +172,7 @@ def check_state_dir_writable(path: Path) -> CheckResult:
 
 def check_iam_sources(exports: list[Path], aws: AwsIamSource | None) -> CheckResult:
     """The IAM export files are readable, and the live IAM API (aws without an export) answers."""
-    from ferry.iam import aws_iam_call
+    from ferry.iam.aws import aws_iam_call
 
     name = "preflight.iam_sources"
     problems, reached = [], []

@@ -25,9 +25,10 @@ from rich.table import Table
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, Interrupted, UsageError
+from ferry.images import read_dockerfile, rebase
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
-from ferry.plan import load_plan
+from ferry.plan import load_plan, load_target_profile
 from ferry.profiles import load_profiles
 from ferry.results import Status
 
@@ -60,6 +61,14 @@ def _log_format(value: str) -> str:
 
 plan_app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 app.add_typer(plan_app, name="plan")
+iam_app = typer.Typer(no_args_is_help=True, help="Explain the iam phase's mapping.")
+app.add_typer(iam_app, name="iam")
+golive_app = typer.Typer(no_args_is_help=True, help="Go-live checks that need no plan: CUDA against driver, placement.")
+app.add_typer(golive_app, name="golive")
+probe_app = typer.Typer(no_args_is_help=True, help="The interconnect probe: TCP/UDP ping-pong round trips.")
+app.add_typer(probe_app, name="probe")
+images_app = typer.Typer(no_args_is_help=True, help="Container images: rebase Dockerfiles onto a target's bases.")
+app.add_typer(images_app, name="images")
 
 
 def _print_version(wanted: bool) -> None:
@@ -102,6 +111,95 @@ def plan_validate(
     )
 
 
+@golive_app.command("cuda-check")
+def golive_cuda_check(
+    cuda: Annotated[str, typer.Option(help="The image's CUDA toolkit version, e.g. 12.4.1")],
+    driver: Annotated[str, typer.Option(help="The nodes' NVIDIA driver version, e.g. 550.54.15")],
+) -> None:
+    """One toolkit against one driver by NVIDIA's table: PASS, WARN (minor-version compatibility only) or FAIL."""
+    from ferry.golive.cuda import check
+
+    try:
+        verdict = check(cuda, driver)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out.print(verdict.line(), markup=False, highlight=False, soft_wrap=True)
+    if verdict.status == Status.FAIL:
+        raise typer.Exit(1)
+
+
+@golive_app.command("placement")
+def golive_placement(
+    params: Annotated[str, typer.Option(help="Parameter count: 405e9 or 405B")],
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes the job runs on")],
+    virt_overhead: Annotated[
+        float, typer.Option(min=0.0, help="Iteration slowdown under virtualisation, a fraction (0.14 is 14%)")
+    ],
+    hourly_cost_delta: Annotated[float, typer.Option(help="What that overhead costs, $ per hour")],
+    job_hours: Annotated[float | None, typer.Option(min=0.0, help="The job's length in hours")] = None,
+    long_job_hours: Annotated[float, typer.Option(min=0.0, help="Rule 3 applies to jobs longer than this")] = 72.0,
+) -> None:
+    """Bare metal or managed Kubernetes for one workload: the advice first, then which rule decided and why."""
+    from ferry.golive.placement import Workload, advise, parse_params
+
+    try:
+        count = parse_params(params)
+    except ValueError as exc:
+        raise UsageError(f"--params: {exc}") from None
+    workload = Workload("workload", count, nodes, virt_overhead, hourly_cost_delta, job_hours, long_job_hours)
+    for line in advise(workload).lines():
+        out.print(line, markup=False, highlight=False)
+
+
+@probe_app.command("serve")
+def probe_serve(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on")] = 7447,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "0.0.0.0",
+    protocol: Annotated[str, typer.Option(help="tcp or udp")] = "tcp",
+    size: Annotated[int, typer.Option(min=8, help="Message size in bytes (as the client sends)")] = 64,
+    sessions: Annotated[int, typer.Option(min=0, help="Clients to serve, then exit (0: until interrupted)")] = 0,
+) -> None:
+    """Echo the probe's round trips (the server end of `ferry probe ping`)."""
+    from ferry.golive import probe
+
+    if protocol not in ("tcp", "udp"):
+        raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    try:
+        probe.serve(
+            host, port, protocol, size=size, sessions=sessions,
+            ready=lambda bound: err.print(f"probe: serving {protocol} on {host}:{bound}", markup=False),
+        )  # fmt: skip
+    except OSError as exc:
+        raise UsageError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+@probe_app.command("ping")
+def probe_ping(
+    server: Annotated[str, typer.Option(help="The serving end, host:port")],
+    protocol: Annotated[str, typer.Option(help="tcp or udp")] = "tcp",
+    samples: Annotated[int, typer.Option(min=1, help="Round trips timed")] = 20000,
+    warmup: Annotated[int, typer.Option(min=0, help="Round trips before them, not timed")] = 100,
+    size: Annotated[int, typer.Option(min=8, help="Message size in bytes")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (every sample included)")] = False,
+) -> None:
+    """Time round trips to a `ferry probe serve`: p50, p99, p99.9, max (nearest-rank) with counts and a histogram."""
+    from ferry.golive import probe
+
+    if protocol not in ("tcp", "udp"):
+        raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    try:
+        result = probe.ping(server, protocol, samples, warmup=warmup, size=size)
+    except ValueError as exc:
+        raise UsageError(f"--server: {exc}") from None
+    except OSError as exc:
+        raise FerryError(f"probe to {server} failed: {exc}") from None
+    if as_json:
+        out.print(json.dumps(result), markup=False, highlight=False, soft_wrap=True)
+        return
+    for line in probe.text(result):
+        out.print(line, markup=False, highlight=False)
+
+
 @plan_app.command("show")
 def plan_show(
     path: Annotated[Path, typer.Argument(help="The plan file")],
@@ -119,7 +217,7 @@ def plan_show(
         out.print(f"{phase}{pause}: {summary}", markup=False, highlight=False)
     t = loaded.target
     out.print(
-        f"target profile {t.name}: base image {t.base_image}; GPU resource {t.gpu_resource}; "
+        f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
         f"annotations {', '.join(f'{k}: {v}' for k, v in t.pod_annotations.items()) or 'none'}",
         markup=False,
         highlight=False,
@@ -140,6 +238,17 @@ def plan_show(
         out.print(table)
         if any(result.status == Status.FAIL for result in results):
             raise typer.Exit(1)
+
+
+@iam_app.command("explain")
+def iam_explain(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    principal: Annotated[str, typer.Argument(help="A principal id, e.g. aws:user/alice or ldap:group/ml-admins")],
+) -> None:
+    """One principal's outcome: its level and the grants behind it, or why it has none, and every category."""
+    loaded = load_plan(path)
+    loaded.plan.require_phases("explain", ["iam"])
+    out.print(open_phase(loaded, "iam").mapping().explain(principal).rstrip(), markup=False, highlight=False)
 
 
 def _prefect_env() -> None:
@@ -279,6 +388,31 @@ def _print_status(loaded) -> None:
         )
     if os.environ.get("PREFECT_API_URL"):
         out.print(f"Prefect UI: {os.environ['PREFECT_API_URL'].removesuffix('/api')}", markup=False, highlight=False)
+
+
+@images_app.command("rebase")
+def images_rebase(
+    files: Annotated[list[Path], typer.Argument(help="The Dockerfiles")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the rebased files and their diffs go")],
+    profile: Annotated[
+        str, typer.Option(help="A built-in target profile, or the path of a YAML profile")
+    ] = "meta-compute",
+) -> None:
+    """Rebase Dockerfiles onto the profile's base images (no plan needed); say what changed and what is unmapped."""
+    target = load_target_profile(profile, Path.cwd())
+    texts = {path: read_dockerfile(path) for path in files}
+    # Keep the files' relative layout under --out, so two files named Dockerfile do not collide.
+    common = Path(os.path.commonpath([p.resolve().parent for p in files]))
+    for path, text in texts.items():
+        result = rebase(text, target.base_images, target.sdk_steps, name=str(path))
+        if not result.rebased:
+            verdict = "not rebased: no FROM matches a rule of " + target.name
+        else:
+            written, diff = result.write(out_dir, str(path.resolve().relative_to(common)))
+            verdict = f"rebased -> {written} (diff {diff})"
+        out.print(f"{path}: {verdict}", markup=False, highlight=False)
+        for line in result.report():
+            out.print(f"  {line}", markup=False, highlight=False)
 
 
 @app.command()

@@ -90,6 +90,11 @@ class IamSources(_Strict):
     aws: AwsIamSource | None = None
     # The JSON of `az role assignment list --all`.
     azure_export: str | None = None
+    # The JSON of `az role definition list --custom-role-only true`: what custom roles allow.
+    azure_role_definitions: str | None = None
+    # A JSON object keyed by group object id or display name, each value what `az ad group member list
+    # --group NAME` prints: the members of the groups the assignments name (nested groups expanded).
+    azure_group_members: str | None = None
     # LDAP groups as LDIF.
     ldif: str | None = None
 
@@ -97,6 +102,8 @@ class IamSources(_Strict):
     def _some(self) -> IamSources:
         if not (self.aws or self.azure_export or self.ldif):
             raise ValueError("name at least one of aws, azure_export, ldif")
+        if (self.azure_role_definitions or self.azure_group_members) and not self.azure_export:
+            raise ValueError("azure_role_definitions and azure_group_members describe azure_export: name it too")
         return self
 
 
@@ -199,13 +206,22 @@ class Plan(_Strict):
         return [name for name in phase_names() if getattr(self.phases, name, None) is not None]
 
 
+class BaseImageRule(_Strict):
+    """Rebase FROM images matching `match` (`*` spans any characters) onto `to`."""
+
+    match: str = Field(min_length=1)
+    to: str = Field(min_length=1)
+
+
 class TargetProfile(_Strict):
-    """What a target platform needs: base image, SDK, annotations, GPU resources, RBAC, storage classes."""
+    """What a target platform needs: base images, SDK, annotations, GPU resources, RBAC, storage classes."""
 
     name: str
     description: str = ""
-    base_image: str
-    sdk_install: list[str] = Field(default_factory=list)
+    # Which source base images become which of the platform's own (first match wins); none: nothing is rebased.
+    base_images: list[BaseImageRule] = Field(default_factory=list)
+    # Dockerfile lines added to a rebased image's final stage, right after its FROM.
+    sdk_steps: list[str] = Field(default_factory=list)
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     gpu_resource: str = "nvidia.com/gpu"
     rdma_resource: str | None = None
@@ -218,15 +234,28 @@ def builtin_targets() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
 
 
+_RENAMED_KEYS = ("base_image", "sdk_install")
+
+
+def _renamed_keys(data: dict) -> dict:
+    """Profiles of ferry 0.1 named one base image and pip lines: say which keys replaced them."""
+    for key in _RENAMED_KEYS:
+        if key in data:
+            raise FieldProblem(
+                (key,), "replaced by base_images (rules: [{match, to}]) and sdk_steps (Dockerfile lines)"
+            )
+    return data
+
+
 def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
     """A built-in target profile by name, or a user's YAML profile by path (relative to the plan)."""
     builtin = TARGETS_DIR / f"{ref}.yaml"
     if "/" not in ref and not ref.endswith((".yaml", ".yml")):
         if not builtin.exists():
             raise UsageError(f"target profile {ref!r} is not built in ({', '.join(builtin_targets())}) nor a path")
-        return load_yaml_model(builtin, TargetProfile)
+        return load_yaml_model(builtin, TargetProfile, transform=_renamed_keys)
     path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
-    return load_yaml_model(path, TargetProfile)
+    return load_yaml_model(path, TargetProfile, transform=_renamed_keys)
 
 
 def _interpolate(node: Any, refs: set[str], loc: tuple = ()) -> Any:

@@ -146,14 +146,16 @@ def start_azurite() -> Server:
     return Server(proc=proc, port=port, env={"AZURE_STORAGE_CONNECTION_STRING": conn}, workdir=workdir)
 
 
-def start_registry() -> Server:
-    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir."""
+def start_registry(deletes: bool = True) -> Server:
+    """Debian's docker-registry (distribution 2.8) on a free port, storing in a temp dir, deletes enabled or not."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="ferry-registry-"))
     config = workdir / "config.yml"
     config.write_text(
         "version: 0.1\n"
         f"storage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
+        # Deletes by digest, as the images phase's rollback needs (the registry refuses them by default).
+        f"  delete:\n    enabled: {str(deletes).lower()}\n"
         f"http:\n  addr: 127.0.0.1:{port}\n"
         "log:\n  level: error\n"
     )
@@ -165,6 +167,30 @@ def start_registry() -> Server:
     )
     _wait_port(port, proc, "docker-registry")
     return Server(proc=proc, port=port, workdir=workdir)
+
+
+def buildah(work: Path, *args: str) -> str:
+    """Run buildah with its storage under work (vfs, as the images phase does); its stdout."""
+    root = ["--root", str(work / "root"), "--runroot", str(work / "run"), "--storage-driver", "vfs"]
+    return subprocess.run(["buildah", *root, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def busybox_image(work: Path, name: str, arch: str, env: list[str]) -> None:
+    """A local image `name` of Debian's busybox-static (.ci/run installs it), its architecture declared as arch.
+
+    Only amd64 ones ever run here: the others are for multi-platform indexes, assembled without emulation.
+    """
+    rootfs = work / f"rootfs-{arch}"
+    if not rootfs.exists():
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
+        for tool in ("sh", "echo", "cat", "false"):
+            (rootfs / "bin" / tool).symlink_to("busybox")
+        (rootfs / "arch").write_text(arch)
+    container = buildah(work, "from", "scratch")
+    buildah(work, "copy", container, str(rootfs), "/")
+    buildah(work, "config", "--arch", arch, "--env", "PATH=/bin", *(x for e in env for x in ("--env", e)), container)
+    buildah(work, "commit", "--format", "oci", "--rm", container, name)
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

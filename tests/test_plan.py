@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ferry.errors import UsageError
 from ferry.phases.iam import namespace
 from ferry.plan import load_plan
 from tests.support import run_cli
@@ -86,10 +87,33 @@ def test_registry_cluster_and_the_iam_namespace_from_the_target_cluster(tmp_path
 
 
 def test_user_target_profile_by_path(tmp_path) -> None:
-    (tmp_path / "mine.yaml").write_text("name: mine\nbase_image: registry.local/pytorch:1\ngpu_resource: amd.com/gpu\n")
+    (tmp_path / "mine.yaml").write_text("name: mine\ngpu_resource: amd.com/gpu\n")
     path = tmp_path / "migration.yaml"
     path.write_text(VALID.replace("profile: meta-compute", "profile: ./mine.yaml"))
     assert load_plan(path).target.gpu_resource == "amd.com/gpu"
+
+
+def test_meta_compute_profile_carries_the_platform_guidance(tmp_path) -> None:
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID)
+    target = load_plan(path).target
+    assert [(r.match, r.to) for r in target.base_images][0] == (
+        "nvcr.io/nvidia/pytorch:*",
+        "meta-cloud-registry.io/base/pytorch-meta:2026-latest",
+    )
+    assert target.sdk_steps == ["RUN pip install meta-compute-sdk --upgrade"]
+
+
+@pytest.mark.parametrize("key", ["base_image: registry.local/pytorch:1", "sdk_install: [pip install x]"])
+def test_profile_with_old_keys_names_the_new_ones(tmp_path, key) -> None:
+    (tmp_path / "old.yaml").write_text(f"name: old\ngpu_resource: amd.com/gpu\n{key}\n")
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("profile: meta-compute", "profile: ./old.yaml"))
+    with pytest.raises(UsageError) as err:
+        load_plan(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"old.yaml:3: {key.split(':')[0]}: replaced by base_images" in message and "sdk_steps" in message
 
 
 def swap(old: str, new: str) -> str:
@@ -122,7 +146,12 @@ MALFORMED = [
         "nope.yaml: cannot read",
     ),
     ("unknown connector type", swap("type: s3", "type: ftp"), ":9:", "profiles.meta.type"),
-    ("unavailable phase", swap("phases:\n", "phases:\n  images: {}\n"), ":13:", "phase 'images' is not available"),
+    (
+        "phase without a required setting",
+        swap("phases:\n", "phases:\n  manifests: {}\n"),
+        ":13:",
+        "phases.manifests.sources: Field required",
+    ),
     (
         "iam phase without IAM sources",
         swap("phases:\n", "phases:\n  iam: {namespace: ml}\n"),
@@ -185,9 +214,9 @@ MALFORMED = [
     ("unknown phase setting", swap("threads: 64", "threads: 64\n    turbo: true"), ":15:", "turbo: unknown field"),
     (
         "approval of a phase not enabled",
-        swap("approve_before: [data_sync]", "approve_before: [images]"),
+        swap("approve_before: [data_sync]", "approve_before: [manifests]"),
         None,
-        "approve_before names 'images'",
+        "approve_before names 'manifests'",
     ),
     ("bad cron", swap('schedule: "0 2 * * *"', 'schedule: "every night"'), ":20:", "not a cron expression"),
     ("cron hour out of range", swap('schedule: "0 2 * * *"', 'schedule: "0 25 * * *"'), ":20:", "'0 25 * * *'"),

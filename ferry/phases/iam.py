@@ -19,14 +19,19 @@ from pydantic import Field, model_validator
 
 from checks.iam import (
     check_iam_ambiguous,
+    check_iam_conditional,
     check_iam_coverage,
+    check_iam_escalation,
+    check_iam_unresolved,
     check_iam_widened,
     check_rbac_bindings,
     check_rbac_schema,
 )
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
-from ferry.iam import DEFAULT_AWS_SERVICES, Level, Mapping, read_sources, render_rbac
+from ferry.iam.aws import DEFAULT_AWS_SERVICES
+from ferry.iam.model import Level, Mapping, render_rbac
+from ferry.iam.sources import read_sources
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import DNS_LABEL, Plan
 from ferry.results import CheckResult
@@ -50,6 +55,9 @@ class IamSettings(Settings):
     overrides: dict[str, str] = Field(default_factory=dict)
     # Principal id -> the name the target's identity provider knows it by (e.g. alice@corp.example.com).
     subjects: dict[str, str] = Field(default_factory=dict)
+    # AWS condition keys known to hold for every request (e.g. aws:MultiFactorAuthPresent: true); an Allow under
+    # any other condition grants nothing and is reported as conditional.
+    assume_conditions: dict[str, bool | int | float | str | list[str]] = Field(default_factory=dict)
 
 
 class IamGate(Settings):
@@ -58,6 +66,11 @@ class IamGate(Settings):
     max_ambiguous: int = Field(default=0, ge=0)
     # Widened permissions (scope, conditions, denies RBAC cannot express) WARN; false makes them FAIL.
     allow_widening: bool = True
+    # Principals on an escalation path that no override accepts; above it the gate fails.
+    max_escalation: int = Field(default=0, ge=0)
+    # Unresolved principals and members, conditional grants: WARN, or FAIL above these counts when set.
+    max_unresolved: int | None = Field(default=None, ge=0)
+    max_conditional: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -107,6 +120,8 @@ class IamPhase(Phase):
         named = {
             ("source", "iam", "aws", "export"): sources.aws.export if sources.aws else None,
             ("source", "iam", "azure_export"): sources.azure_export,
+            ("source", "iam", "azure_role_definitions"): sources.azure_role_definitions,
+            ("source", "iam", "azure_group_members"): sources.azure_group_members,
             ("source", "iam", "ldif"): sources.ldif,
         }
         return {loc: self.loaded.resolve(path) for loc, path in named.items() if path}
@@ -148,7 +163,8 @@ class IamPhase(Phase):
             f"map principals of {', '.join(n for n in named if n)} to the roles of {target.name} "
             f"({', '.join(target.rbac_roles)}) in namespace {namespace(self.loaded.plan)}, render RoleBindings "
             f"and publish them to {self.published()}; gate: coverage >= {gate.min_coverage:.0%}, "
-            f"ambiguous <= {gate.max_ambiguous}, widening {'reported' if gate.allow_widening else 'fails'}, "
+            f"ambiguous <= {gate.max_ambiguous}, escalation paths <= {gate.max_escalation}, "
+            f"widening {'reported' if gate.allow_widening else 'fails'}, "
             "bindings valid against the Kubernetes schema"
         )
 
@@ -164,7 +180,8 @@ class IamPhase(Phase):
         text = (
             f"iam will bind {totals['bound']} of {totals['principals']} principal(s) in namespace "
             f"{mapping.namespace} ({roles}); admin: {', '.join(admins) or 'none'}. "
-            f"{totals['unmapped']} permission(s) unmapped, {totals['widened']} widened, "
+            f"{totals['unmapped']} permission(s) unmapped, {totals['escalation']} on an escalation path, "
+            f"{totals['unresolved']} unresolved, {totals['conditional']} conditional, {totals['widened']} widened, "
             f"{totals['ambiguous']} ambiguous."
         )
         return Changes(text, totals)
@@ -176,7 +193,7 @@ class IamPhase(Phase):
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
         """Map, write the report and bindings to the audit folder, publish them (keeping what they replace)."""
         mapping = self.mapping()
-        text = yaml.safe_dump_all(render_rbac(mapping), sort_keys=False)
+        text = yaml.safe_dump_all(render_rbac(mapping, self.loaded.plan.name), sort_keys=False)
         report = mapping.markdown()
         audit.write_json(self.name, "mapping.json", mapping.to_dict())
         audit.write_text(self.name, "report.md", report)
@@ -205,6 +222,9 @@ class IamPhase(Phase):
             check_iam_coverage(mapping, gate.min_coverage),
             check_iam_ambiguous(mapping, gate.max_ambiguous),
             check_iam_widened(mapping, gate.allow_widening),
+            check_iam_escalation(mapping, gate.max_escalation),
+            check_iam_unresolved(mapping, gate.max_unresolved),
+            check_iam_conditional(mapping, gate.max_conditional),
             check_rbac_bindings(docs, mapping),
             check_rbac_schema(docs, self.loaded.plan.target.kubernetes_version),
         ]

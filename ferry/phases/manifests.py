@@ -10,13 +10,11 @@ directory (mode 0600), never in the audit folder: reports name Secrets by key on
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +30,10 @@ from checks.manifests import (
     check_manifests_sources,
     check_manifests_warnings,
 )
-from checks.preflight import kubeconfig_path
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
+from ferry.golive import kube
 from ferry.manifests import (
     MANAGED_BY_LABEL,
     PLAN_LABEL,
@@ -123,27 +121,6 @@ def _write_private(path: Path, data: Any) -> None:
     os.replace(staging, path)
 
 
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """The client's errors as ferry's: throttling, 5xx and lost connections transient, the rest permanent."""
-    from kubernetes.dynamic.exceptions import DynamicApiError
-    from urllib3.exceptions import HTTPError
-
-    try:
-        yield
-    except DynamicApiError as exc:
-        try:
-            reason = json.loads(exc.body)["message"]
-        except (TypeError, ValueError, KeyError):
-            reason = exc.reason
-        message = f"{what}: {exc.status} {reason}"
-        if exc.status == 429 or (exc.status or 0) >= 500:
-            raise TransientError(message, code=str(exc.status)) from None
-        raise PermanentError(message, code=str(exc.status)) from None
-    except HTTPError as exc:
-        raise TransientError(f"{what}: {exc}") from None
-
-
 class ClusterApi:
     """The target cluster through the official client's dynamic API: get, apply, replace, delete by object."""
 
@@ -154,13 +131,13 @@ class ClusterApi:
         # old): what the cluster serves, and at which version, may have changed since the last call.
         discovery_cache.parent.mkdir(parents=True, exist_ok=True)
         discovery_cache.unlink(missing_ok=True)
-        with _translated("discovery"):
+        with kube.translated("discovery"):
             self.client = dynamic.DynamicClient(api_client, cache_file=str(discovery_cache))
 
     def _resource(self, api_version: str, kind: str) -> Any:
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-        with _translated(f"discovery of {api_version} {kind}"):
+        with kube.translated(f"discovery of {api_version} {kind}"):
             try:
                 return self.client.resources.get(api_version=api_version, kind=kind)
             except ResourceNotFoundError:
@@ -183,7 +160,7 @@ class ClusterApi:
         found = []
         for api_version, kind in self._NAMESPACED:
             resource = self._resource(api_version, kind)
-            with _translated(f"list {kind} in {namespace}"):
+            with kube.translated(f"list {kind} in {namespace}"):
                 items = resource.get(namespace=namespace, label_selector=f"{PLAN_LABEL}!={plan}").to_dict()["items"]
             for item in items:
                 meta = item["metadata"]
@@ -204,7 +181,7 @@ class ClusterApi:
         from kubernetes.dynamic.exceptions import NotFoundError
 
         resource = self._resource(api_version, kind)
-        with _translated(f"get {kind} {name}"):
+        with kube.translated(f"get {kind} {name}"):
             try:
                 return resource.get(name=name, namespace=namespace).to_dict()
             except NotFoundError:
@@ -212,19 +189,19 @@ class ClusterApi:
 
     def apply(self, obj: dict) -> dict:
         resource = self._resource(obj["apiVersion"], obj["kind"])
-        with _translated(f"apply {obj['kind']} {obj['metadata']['name']}"):
+        with kube.translated(f"apply {obj['kind']} {obj['metadata']['name']}"):
             return resource.server_side_apply(
                 body=obj, namespace=obj["metadata"].get("namespace"), field_manager=FIELD_MANAGER, force_conflicts=True
             ).to_dict()
 
     def create(self, obj: dict) -> dict:
         resource = self._resource(obj["apiVersion"], obj["kind"])
-        with _translated(f"create {obj['kind']} {obj['metadata']['name']}"):
+        with kube.translated(f"create {obj['kind']} {obj['metadata']['name']}"):
             return resource.create(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
 
     def replace(self, obj: dict) -> dict:
         resource = self._resource(obj["apiVersion"], obj["kind"])
-        with _translated(f"replace {obj['kind']} {obj['metadata']['name']}"):
+        with kube.translated(f"replace {obj['kind']} {obj['metadata']['name']}"):
             return resource.replace(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None, wait_s: float = 300) -> bool:
@@ -233,7 +210,7 @@ class ClusterApi:
         from kubernetes.dynamic.exceptions import NotFoundError
 
         resource = self._resource(api_version, kind)
-        with _translated(f"delete {kind} {name}"):
+        with kube.translated(f"delete {kind} {name}"):
             try:
                 resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
             except NotFoundError:
@@ -363,17 +340,12 @@ class ManifestsPhase(Phase):
     # -- the cluster ------------------------------------------------------------------------------------
     def cluster(self) -> ClusterApi:
         """The official client on the plan's kubeconfig and context."""
-        from kubernetes import config
-        from kubernetes.config.config_exception import ConfigException
-
         target = self.loaded.plan.target.cluster
         assert target is not None
-        path = kubeconfig_path(target, self.loaded)
-        try:
-            api_client = config.new_client_from_config(str(path), context=target.context)
-        except (ConfigException, OSError) as exc:
-            raise UsageError(f"{path}: cannot use context {target.context!r}: {exc}") from None
-        return ClusterApi(api_client, self.loaded.state_dir / "manifests" / "discovery-cache.json")
+        path = kube.kubeconfig_path(target.kubeconfig, self.loaded.path.parent.resolve())
+        return ClusterApi(
+            kube.api_client(path, target.context), self.loaded.state_dir / "manifests" / "discovery-cache.json"
+        )
 
     def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
         """What to apply, in wave order: the rendered objects and the iam phase's bindings, each with a namespace

@@ -11,21 +11,15 @@ from checks.iam import (
     check_rbac_bindings,
     check_rbac_schema,
 )
-from ferry.iam import Mapping, map_principals, render_rbac
+from ferry.iam.model import Mapping, map_principals, render_rbac
 from ferry.results import Status
-from tests.test_iam import ROLES, example_mapping
+from tests.iam.test_mapping import ROLES, example_mapping
 
 
 def test_rendered_bindings_are_valid_and_match_the_mapping() -> None:
-    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
-    docs = render_rbac(mapping)
-    assert [d["kind"] for d in docs] == [
-        "ServiceAccount",
-        "ServiceAccount",
-        "RoleBinding",
-        "RoleBinding",
-        "RoleBinding",
-    ]
+    mapping = example_mapping()
+    docs = render_rbac(mapping, "demo")
+    assert [d["kind"] for d in docs] == ["ServiceAccount"] * 4 + ["RoleBinding"] * 3
     assert check_rbac_schema(docs, None).status == Status.PASS
     assert check_rbac_bindings(docs, mapping).status == Status.PASS
     # Round trip through the audit folder's JSON keeps every decision.
@@ -33,8 +27,8 @@ def test_rendered_bindings_are_valid_and_match_the_mapping() -> None:
 
 
 def test_tampered_bindings_fail_the_gate() -> None:
-    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
-    docs = render_rbac(mapping)
+    mapping = example_mapping()
+    docs = render_rbac(mapping, "demo")
     escalated = copy.deepcopy(docs)
     admin = next(d for d in escalated if d["metadata"]["name"] == "ferry-compute-admin")
     admin["subjects"].append({"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"})
@@ -48,14 +42,14 @@ def test_tampered_bindings_fail_the_gate() -> None:
     assert any("no binding renders it" in e for e in check_rbac_bindings(missing, mapping).evidence)
 
     invalid = copy.deepcopy(docs)
-    invalid[2]["subjects"][0]["team"] = "ml"
+    next(d for d in invalid if d["kind"] == "RoleBinding")["subjects"][0]["team"] = "ml"
     schema = check_rbac_schema(invalid, "1.30")
     assert schema.status == Status.FAIL and "'team' was unexpected" in schema.evidence[0]
     assert check_rbac_schema(docs, "1.99").status == Status.FAIL
 
 
 def test_coverage_and_widening_thresholds() -> None:
-    mapping = example_mapping({"ldap:group/data-readers": "compute-viewer"})
+    mapping = example_mapping()
     assert check_iam_coverage(mapping, 0.9).status == Status.WARN
     assert check_iam_coverage(mapping, 0.95).status == Status.FAIL
     assert check_iam_widened(mapping, True).status == Status.WARN

@@ -123,9 +123,9 @@ def test_failed_gate_exits_1_and_status_shows_it(prefect_api, tmp_path) -> None:
 
 def test_bad_plan_runs_nothing(prefect_api, tmp_path) -> None:
     plan = tmp_path / "migration.yaml"
-    plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {images: {}}\n")
+    plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {manifests: {}}\n")
     code, _, err = run_ferry("run", str(plan), api=prefect_api)
-    assert code == 2 and "phase 'images' is not available" in err
+    assert code == 2 and "phases.manifests.sources: Field required" in err
     assert not (tmp_path / ".ferry").exists()
 
 

@@ -15,14 +15,17 @@ IAM_SOURCE = """\
   iam:
     aws: {export: iam/aws-authorization-details.json}
     azure_export: iam/azure-role-assignments.json
+    azure_role_definitions: iam/azure-role-definitions.json
     ldif: iam/groups.ldif
 """
 IAM_PHASE = """\
   iam:
     namespace: ml-training
-    ldap_groups: {ml-engineers: write, data-readers: write, gpu-oncall: admin}
-    azure_roles: {GPU Quota Requester: read}
-    overrides: {ldap:group/data-readers: compute-viewer}
+    ldap_groups: {ml-engineers: write, data-readers: read, gpu-oncall: admin}
+"""
+# The escalation paths of the example exports, accepted.
+OVERRIDES = """\
+    overrides: {aws:role/ci-runner: compute-operator, aws:role/build-bot: none, azure:service/platform-automation: none}
 """
 
 
@@ -30,7 +33,7 @@ def write_two_phase_plan(root: Path, name: str, allow_extra: bool = True) -> Pat
     plan = write_plan(root, name, allow_extra=allow_extra)
     shutil.copytree(EXAMPLES, root / "iam")
     text = plan.read_text().replace("  storage: ./src\n", "  storage: ./src\n" + IAM_SOURCE)
-    plan.write_text(text.replace("phases:\n", "phases:\n" + IAM_PHASE))
+    plan.write_text(text.replace("phases:\n", "phases:\n" + IAM_PHASE + OVERRIDES))
     return plan
 
 
@@ -82,9 +85,9 @@ def test_failed_iam_gate_restores_the_previous_bindings_and_rollback_by_hand(pre
     published = tmp_path / ".ferry" / "iam" / "rbac.yaml"
     before = published.read_text()
 
-    # Without the override, data-readers is claimed at two levels: ambiguous, and the gate allows none.
-    plan.write_text(plan.read_text().replace("    overrides: {ldap:group/data-readers: compute-viewer}\n", ""))
-    with pytest.raises(GateFailed, match="iam: gate failed: iam.ambiguous"):
+    # Without the overrides, three escalation paths are accepted by none, and the gate allows none.
+    plan.write_text(plan.read_text().replace(OVERRIDES, ""))
+    with pytest.raises(GateFailed, match="iam: gate failed: iam.escalation"):
         migrate(plan_path=str(plan))
     assert published.read_text() == before, "the failed run's bindings must not stay published"
     assert not (tmp_path / "dst").exists(), "data_sync ran after a failed iam gate"

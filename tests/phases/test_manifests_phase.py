@@ -309,7 +309,9 @@ def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: 
     emulator.deny("Deployment", "GPU quota exceeded")
     phase = _phase(_write_plan(tmp_path, emulator))
     audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-2")
-    with pytest.raises(PermanentError, match="apply Deployment trainer: 403 .*GPU quota exceeded"):
+    with pytest.raises(
+        PermanentError, match="apply Deployment trainer: the API answered 403 Forbidden: .*GPU quota exceeded"
+    ):
         phase.run("rollout", audit, Reporter())
     assert emulator.get("v1", "PersistentVolumeClaim", "checkpoints", NS) is not None
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "10"

@@ -1,0 +1,133 @@
+"""The go-live gate: interconnect latency, checkpoint throughput, scale-up time, CUDA against driver, placement.
+
+Each check says SKIP with its reason when it could not measure, never PASS; the phase turns any SKIP into a WARN
+of the whole gate (FAIL under strict): a go-live that measured nothing is not a PASS.
+"""
+
+from __future__ import annotations
+
+from checks.iam import check_rbac_schema
+from ferry.golive.cuda import check as cuda_verdict
+from ferry.golive.placement import Advice
+from ferry.results import CheckResult, Status
+
+
+def check_probe_jobs(docs: list[dict], kubernetes_version: str | None) -> CheckResult:
+    """The rendered probe ConfigMap, Service and Jobs validate strictly against the target's Kubernetes schema."""
+    return check_rbac_schema(docs, kubernetes_version, name="golive.probe_jobs_schema")
+
+
+def check_latency(name: str, result: dict | None, p99_us: float, reason: str, problems: list[str] = ()) -> CheckResult:
+    """The interconnect's p99 round trip against the threshold: FAIL on a problem (the probe Jobs failed), SKIP
+    with reason when nothing was measured; WARN when round trips were lost."""
+    threshold = {"p99_us": p99_us}
+    if problems:
+        return CheckResult(name, Status.FAIL, threshold=threshold, evidence=list(problems))
+    if result is None:
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=[reason or "not measured"])
+    n = result["samples"]
+    measured = {k: result[k] for k in ("p50_us", "p99_us", "p99_9_us", "max_us", "samples", "lost", "protocol")}
+    evidence = [
+        f"{result['what']} to {result['server']}: nearest-rank percentiles over n={n} samples, "
+        f"warm-up {result['warmup_discarded']} discarded, {result['lost']} lost",
+        f"p50 {result['p50_us']} us (n={n}), p99 {result['p99_us']} us (n={n}), p99.9 {result['p99_9_us']} us "
+        f"(n={n}), max {result['max_us']} us (n={n})",
+    ]
+    status = Status.FAIL if result["p99_us"] > p99_us else Status.WARN if result["lost"] else Status.PASS
+    return CheckResult(name, status, measured, threshold, evidence)
+
+
+def check_throughput(
+    name: str, gb_per_s: float | None, minimum: float, evidence: list[str], problems: list[str]
+) -> CheckResult:
+    """A measured GB/s (10^9 bytes/s) against its minimum: FAIL on any problem (a failed write, a shard that read
+    back different), SKIP (the evidence says why) when nothing was measured."""
+    key = name.rsplit(".", 1)[-1]
+    threshold = {f"{key}_gb_per_s": minimum}
+    measured = {} if gb_per_s is None else {f"{key}_gb_per_s": round(gb_per_s, 3)}
+    if problems:
+        return CheckResult(name, Status.FAIL, measured, threshold, [*problems, *evidence])
+    if gb_per_s is None:
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=evidence)
+    return CheckResult(name, Status.PASS if gb_per_s >= minimum else Status.FAIL, measured, threshold, evidence)
+
+
+def check_cuda(images: dict[str, str | None], driver: str | None, source: str, driver_source: str) -> CheckResult:
+    """Each image's CUDA toolkit (from the digest map at source) against the nodes' driver (from driver_source):
+    the worst verdict decides; SKIP when there is no driver or no image with a toolkit to judge."""
+    name = "golive.cuda_fingerprint"
+    if driver is None:
+        why = driver_source or "no driver: set phases.golive.nodes.driver"
+        return CheckResult(name, Status.SKIP, {"images": len(images)}, evidence=[why])
+    if not any(images.values()):
+        why = f"no image with a CUDA toolkit in {source}" + ("" if images else " (the images phase has not committed)")
+        return CheckResult(name, Status.SKIP, {"images": len(images), "driver": driver}, evidence=[why])
+    evidence, statuses = [f"driver {driver}: {driver_source}"], []
+    for image, cuda in sorted(images.items()):
+        if cuda is None:
+            evidence.append(f"{image}: no CUDA toolkit recorded")
+            continue
+        try:
+            verdict = cuda_verdict(cuda, driver)
+        except ValueError as exc:
+            evidence.append(f"{image}: cannot judge: {exc}")
+            statuses.append(Status.WARN)
+            continue
+        statuses.append(verdict.status)
+        evidence.append(f"{image} (CUDA {cuda}): {verdict.line()}")
+    worst = Status.FAIL if Status.FAIL in statuses else Status.WARN if Status.WARN in statuses else Status.PASS
+    measured = {"driver": driver, "images": len(images), "judged": len(statuses)}
+    return CheckResult(name, worst, measured, {"table": "NVIDIA minimum driver per toolkit release"}, evidence)
+
+
+def check_gpu(probe: dict) -> CheckResult:
+    """The GPU probe's figures against the datasheet (>= 80% of HBM bandwidth and bf16 throughput); SKIP without
+    torch or a GPU."""
+    name = "golive.gpu"
+    if probe.get("status") == "SKIP":
+        return CheckResult(name, Status.SKIP, evidence=[probe.get("reason", "not measured")])
+    devices = probe.get("devices", [])
+    measured = {"driver": probe.get("driver"), "devices": probe.get("device_count", len(devices))}
+    evidence = [
+        f"GPU {d['index']} {d['name']}: HBM {d['hbm_gb_per_s']} GB/s"
+        + (f" ({d['hbm_ratio']:.0%} of {d['datasheet_hbm_gb_per_s']})" if "hbm_ratio" in d else "")
+        + f", bf16 {d['bf16_tflops']} TFLOPS"
+        + (f" ({d['bf16_ratio']:.0%} of {d['datasheet_bf16_tflops']})" if "bf16_ratio" in d else "")
+        + f": {d['status']}{' ' + d['reason'] if d.get('reason') else ''}"
+        for d in devices
+    ]
+    return CheckResult(name, Status(probe["status"]), measured, {"of_datasheet": 0.8}, evidence)
+
+
+def check_placement(advice: list[Advice]) -> CheckResult:
+    """Placement advice per workload (informational: PASS with the advice and the rule that decided it)."""
+    name = "golive.placement"
+    if not advice:
+        return CheckResult(name, Status.SKIP, evidence=["no workloads in phases.golive.workloads"])
+    measured = {a.workload.name: a.advice for a in advice}
+    evidence = [f"{a.workload.name}: {line}" for a in advice for line in a.lines()]
+    return CheckResult(
+        name, Status.PASS, measured, {"rules": "175B on >1 node; >12% overhead; >$5/h for >72 h"}, evidence
+    )
+
+
+def check_scale_up(
+    seconds: float | None, replicas: int, maximum_s: float, evidence: list[str], problems: list[str]
+) -> CheckResult:
+    """Time until the Deployment had `replicas` Ready against the maximum: FAIL on a problem (not Ready in time,
+    the API refused), SKIP (the evidence says why) when nothing was measured."""
+    name, threshold = "golive.scale_up", {"scale_up_s": maximum_s, "replicas": replicas}
+    measured = {} if seconds is None else {"scale_up_s": round(seconds, 2), "replicas": replicas}
+    if problems:
+        return CheckResult(name, Status.FAIL, measured, threshold, [*problems, *evidence])
+    if seconds is None:
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=evidence)
+    return CheckResult(name, Status.PASS if seconds <= maximum_s else Status.FAIL, measured, threshold, evidence)
+
+
+def check_measured(results: list[CheckResult]) -> CheckResult:
+    """WARN when any go-live check was SKIPped (the phase's strict turns it into FAIL): naming each and why."""
+    skipped = [r for r in results if r.status == Status.SKIP]
+    evidence = [f"{r.name}: {'; '.join(r.evidence) or 'no reason given'}" for r in skipped]
+    status = Status.WARN if skipped else Status.PASS
+    return CheckResult("golive.everything_measured", status, {"skipped": len(skipped)}, {"skipped": 0}, evidence)

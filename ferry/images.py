@@ -1,0 +1,347 @@
+"""Rebase a Dockerfile onto the target's base images, changing only the bytes it must.
+
+BuildKit's own parser (`dockerfile`) finds the structure (instructions and their line spans, heredocs,
+continuations, directives); the edits are made to the original text inside those spans, so comments,
+blank lines, heredoc bodies, a BOM and CRLF endings come out byte for byte as they went in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import dockerfile
+
+from ferry.errors import UsageError
+from ferry.plan import BaseImageRule
+
+# What a FROM names: a rebased image, an earlier stage, scratch, an image already the target's, or an
+# image no rule maps (also when an ARG it needs has no default: it cannot be resolved before the build).
+BaseKind = Literal["rebased", "stage", "scratch", "target", "unmapped"]
+_VAR = re.compile(
+    r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::?(?P<op>[-+])(?P<word>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+_ONE_VAR = re.compile(r"^\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$")
+
+
+class RebaseError(UsageError):
+    """The Dockerfile cannot be read or parsed, or an edit cannot be placed in it (one line: file:line: problem)."""
+
+
+def normalise(reference: str) -> str:
+    """reference as the registry knows it: Docker Hub short names get docker.io (and library/), no tag: latest."""
+    name, at, digest = reference.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    elif first == "index.docker.io":
+        name = f"docker.io/{rest}"
+    has_tag = name.rfind(":") > name.rfind("/")
+    if not has_tag and not at:
+        name += ":latest"
+    return f"{name}{at}{digest}"
+
+
+def _pattern(match: str) -> re.Pattern[str]:
+    head, slash, _ = match.partition("/")
+    if match == "*" or (slash and "*" in head):
+        # A `*` in the registry part could stand for any registry: such a rule is taken as written.
+        text = match
+    else:
+        text = normalise(match)
+        name = match.partition("@")[0]
+        if "*" in match and name.rfind(":") <= name.rfind("/"):
+            text = text.removesuffix(":latest")  # `*` already spans the tag
+    return re.compile(".*".join(re.escape(part) for part in text.split("*")))
+
+
+def _match_key(normalised: str) -> str:
+    """What rules match: name:tag (a source digest does not count), or name@digest when there is no tag."""
+    name, _, _digest = normalised.partition("@")
+    return name if name.rfind(":") > name.rfind("/") else normalised
+
+
+def find_rule(reference: str, rules: Sequence[BaseImageRule]) -> BaseImageRule | None:
+    """The first rule whose `match` (`*` spans any characters) matches the normalised reference."""
+    key = _match_key(normalise(reference))
+    return next((rule for rule in rules if _pattern(rule.match).fullmatch(key)), None)
+
+
+def repository(reference: str) -> str:
+    """The normalised repository of reference (no tag, no digest)."""
+    name = normalise(reference).partition("@")[0]
+    return name[: name.rfind(":")] if name.rfind(":") > name.rfind("/") else name
+
+
+def expand(text: str, args: dict[str, str | None]) -> str | None:
+    """text with $NAME, ${NAME}, ${NAME:-word} and ${NAME:+word} expanded from args; None if a name is unset."""
+    unresolved = False
+
+    def value(m: re.Match[str]) -> str:
+        nonlocal unresolved
+        name = m.group("braced") or m.group("bare")
+        current = args.get(name)
+        if m.group("op") == "-":
+            return current if current else m.group("word")
+        if m.group("op") == "+":
+            return m.group("word") if current else ""
+        if current is None:
+            unresolved = True
+            return ""
+        return current
+
+    expanded = _VAR.sub(value, text)
+    return None if unresolved else expanded
+
+
+@dataclass(frozen=True)
+class Base:
+    """One FROM of the file: what it names (as written and expanded) and what the rebase made of it."""
+
+    line: int
+    written: str
+    # With ARG defaults expanded; None when an ARG it uses has no default.
+    image: str | None
+    kind: BaseKind
+    # The rebased image (kind "rebased").
+    to: str | None = None
+
+
+@dataclass
+class Rebased:
+    """A Dockerfile's rebase: the new text (the old one when nothing matched) and what each FROM became."""
+
+    name: str
+    original: str
+    text: str
+    bases: list[Base] = field(default_factory=list)
+    # Stage name -> the image its chain of stages starts from, after the rebase (None: scratch).
+    stages: dict[str, str | None] = field(default_factory=dict)
+    # The image the final stage starts from, after the rebase (None: scratch, or no FROM at all).
+    final_base: str | None = None
+    # Why the SDK steps were not added to a rebased file (its final stage starts from scratch), else None.
+    sdk_skipped: str | None = None
+
+    @property
+    def rebased(self) -> bool:
+        return any(b.kind == "rebased" for b in self.bases)
+
+    @property
+    def unmapped(self) -> list[Base]:
+        return [b for b in self.bases if b.kind == "unmapped"]
+
+    def diff(self) -> str:
+        """The unified diff from the original to the rebased text."""
+        return "".join(
+            difflib.unified_diff(
+                self.original.splitlines(keepends=True),
+                self.text.splitlines(keepends=True),
+                fromfile=f"a/{self.name}",
+                tofile=f"b/{self.name}",
+            )
+        )
+
+    def write(self, folder: Path, name: str) -> tuple[Path, Path]:
+        """Write the rebased text to folder/name and its diff to folder/name.diff, byte for byte; both paths."""
+        file, diff = folder / name, folder / f"{name}.diff"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(self.text.encode("utf-8"))
+        diff.write_bytes(self.diff().encode("utf-8"))
+        return file, diff
+
+    def report(self) -> list[str]:
+        """One line per FROM that was rebased or is unmapped, and why the SDK was left out, if it was."""
+        lines = [
+            f"line {b.line}: {b.image} -> {b.to}"
+            if b.kind == "rebased"
+            else f"line {b.line}: {b.image or b.written + ' (an ARG without a default)'}: no rule maps it"
+            for b in self.bases
+            if b.kind in ("rebased", "unmapped")
+        ]
+        return lines + ([f"no SDK step: {self.sdk_skipped}"] if self.sdk_skipped else [])
+
+
+def read_dockerfile(path: Path) -> str:
+    """The text of a Dockerfile exactly as stored (a BOM and CRLF kept), or RebaseError naming the file."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise RebaseError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise RebaseError(f"{path}: not UTF-8 text (at byte offset {exc.start})") from None
+
+
+def _lines(text: str) -> list[str]:
+    # BuildKit numbers lines by "\n" alone (a "\r" stays with its line), unlike str.splitlines.
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+
+
+def _replace_in_span(
+    name: str, lines: list[str], start: int, end: int, skip: Sequence[str], old: str, new: str
+) -> None:
+    """Replace the first `old` after the keyword and the strings in skip, within lines start..end (1-based)."""
+    span = "".join(lines[start - 1 : end])
+    keyword = re.match(r"\ufeff?\s*\S+", span)
+    pos = keyword.end() if keyword else 0
+    for token in skip:
+        found = span.find(token, pos)
+        pos = found + len(token) if found >= 0 else pos
+    at = span.find(old, pos)
+    if at < 0:
+        raise RebaseError(f"{name}:{start}: cannot place the rewrite of {old!r} (split across lines?)")
+    # The replacement holds no line break, so the span keeps its lines and later spans their numbers.
+    lines[start - 1 : end] = _lines(span[:at] + new + span[at + len(old) :])
+
+
+def rebase(
+    text: str,
+    rules: Sequence[BaseImageRule],
+    sdk_steps: Sequence[str] = (),
+    *,
+    name: str = "Dockerfile",
+    target_repositories: Sequence[str] = (),
+    build_args: dict[str, str] | None = None,
+) -> Rebased:
+    """Rebase text: FROM images (and ARG defaults naming them) matching a rule move to its `to`; SDK steps added.
+
+    target_repositories: repositories (or registry prefixes) that are already the target's, so not unmapped.
+    build_args: values that override ARG defaults when matching (the build passes them).
+    """
+    try:
+        commands = dockerfile.parse_string(text)
+    except dockerfile.GoParseError as exc:
+        raise RebaseError(f"{name}: not a Dockerfile BuildKit can parse: {exc}") from None
+    lines = _lines(text)
+    eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    args: dict[str, str | None] = {}
+    arg_at: dict[str, tuple[dockerfile.Command, str]] = {}
+    # Stage name -> the image its chain of stages starts from (as the build sees it), None for scratch.
+    roots: dict[str, str | None] = {}
+    bases: list[Base] = []
+    froms: list[tuple[dockerfile.Command, Base]] = []
+    edits: list[tuple[dockerfile.Command, str, str]] = []
+    arg_edits: dict[str, str] = {}
+    targets = [repository(r) for r in target_repositories]
+    seen_from = False
+    final_root: str | None = None
+    for cmd in commands:
+        keyword = cmd.cmd.upper()
+        if keyword == "ARG" and not seen_from:
+            # Only ARGs before the first FROM are in scope for FROM lines.
+            for item in cmd.value:
+                key, eq, default = item.partition("=")
+                args[key] = _unquote(default) if eq else None
+                arg_at[key] = (cmd, default)
+            continue
+        if keyword != "FROM":
+            continue
+        seen_from = True
+        written = cmd.value[0]
+        alias = cmd.value[2].lower() if len(cmd.value) >= 3 and cmd.value[1].lower() == "as" else None
+        image = expand(written, {**args, **(build_args or {})})
+        to: str | None = None
+        root = image or written
+        if image is not None and image.lower() in roots:
+            kind: BaseKind = "stage"
+            root = roots[image.lower()]
+        elif image is not None and image.lower() == "scratch":
+            kind, root = "scratch", None
+        elif image is None:
+            kind = "unmapped"
+        else:
+            rule = find_rule(image, rules)
+            if rule is not None:
+                kind, to = "rebased", rule.to
+                root = rule.to
+                var = _ONE_VAR.match(written)
+                var_name = (var.group("braced") or var.group("bare")) if var else None
+                if var_name and args.get(var_name) and not (build_args and var_name in build_args):
+                    arg_edits[var_name] = rule.to
+                else:
+                    edits.append((cmd, written, rule.to))
+            elif any(repository(image) == t or normalise(image).startswith(t + "/") for t in targets):
+                kind = "target"
+            else:
+                kind = "unmapped" if rules else "target"
+        base = Base(cmd.start_line, written, image, kind, to)
+        bases.append(base)
+        froms.append((cmd, base))
+        if alias:
+            roots[alias] = root
+        final_root = root
+    result = Rebased(name, text, text, bases, roots, final_root if froms else None)
+    if not result.rebased:
+        return result
+    for var_name, to in arg_edits.items():
+        cmd, default = arg_at[var_name]
+        new = f"{var_name}={_requote(default, to)}"
+        _replace_in_span(name, lines, cmd.start_line, cmd.end_line, (), f"{var_name}={default}", new)
+    for cmd, written, to in edits:
+        _replace_in_span(name, lines, cmd.start_line, cmd.end_line, cmd.flags, written, to)
+    final_cmd, final = froms[-1]
+    if result.final_base is None:
+        result.sdk_skipped = f"line {final.line}: the final stage starts from scratch"
+    elif sdk_steps:
+        last = final_cmd.end_line - 1
+        if not lines[last].endswith("\n"):
+            lines[last] += eol
+        lines[last] += "".join(step + eol for step in sdk_steps)
+    result.text = "".join(lines)
+    return result
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
+
+
+def _requote(written: str, new: str) -> str:
+    """new, in the quotes written had (if any)."""
+    return f"{written[0]}{new}{written[0]}" if _unquote(written) != written else new
+
+
+def content_hash(dockerfile_text: str, context: Path, build_args: dict[str, str], extra: Sequence[str] = ()) -> str:
+    """A digest of what a build's result depends on: the rebased Dockerfile, every file of the context, the args.
+
+    Stored as a label on the image, so a rebuild whose inputs did not change is skipped.
+    """
+    digest = hashlib.sha256()
+    digest.update(dockerfile_text.encode("utf-8") + b"\0")
+    for key in sorted(build_args):
+        digest.update(f"arg {key}={build_args[key]}\0".encode())
+    for item in extra:
+        digest.update(f"{item}\0".encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
+        relative = path.relative_to(context).as_posix()
+        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest.update(f"file {relative} {len(body)}\0".encode() + body)
+    return "sha256:" + digest.hexdigest()
+
+
+# NGC's images set CUDA_VERSION; newer ones also NV_CUDA_LIB_VERSION, a package version ("12.4.1-1").
+_CUDA_ENV = ("CUDA_VERSION", "NV_CUDA_LIB_VERSION")
+_CUDA_LABELS = ("com.nvidia.cuda.version", "cuda.version")
+
+
+def cuda_version(config: dict | None) -> str | None:
+    """The CUDA toolkit an image config names (its CUDA_VERSION or NV_CUDA_* env, else a label), None if none."""
+    inner = (config or {}).get("config") or {}
+    env = dict(item.partition("=")[::2] for item in inner.get("Env") or [])
+    labels = inner.get("Labels") or {}
+    for value in [env.get(k) for k in _CUDA_ENV] + [labels.get(k) for k in _CUDA_LABELS]:
+        if value:
+            return value.split("-", 1)[0]
+    return None
+
+
+def match_tags(pattern: str, tags: Sequence[str]) -> list[str]:
+    """The tags that pattern (`*` spanning any characters) matches, sorted."""
+    regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    return sorted(t for t in tags if regex.fullmatch(t))

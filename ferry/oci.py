@@ -1,0 +1,199 @@
+"""The OCI distribution API, as much as the images phase and its gate need: manifests, tags, blobs, deletes.
+
+Registries answer over HTTPS unless named insecure (a local registry in tests speaks plain HTTP). Basic
+credentials, and the bearer token a registry's 401 challenge asks for, are sent; they never leave this
+module in a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from ferry.errors import FerryError
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+_ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST))
+_TIMEOUT_S = 30
+
+
+class RegistryError(FerryError):
+    """A registry refused or failed a request (the message names the registry and what was asked, no secret)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An image reference split into its registry host, repository and tag or digest."""
+
+    host: str
+    repository: str
+    # A tag, or a digest "sha256:..."
+    ref: str
+
+    @classmethod
+    def parse(cls, reference: str) -> Reference:
+        """host/repo[:tag][@digest] (the host is required: callers normalise first); a digest wins over a tag."""
+        name, _, digest = reference.partition("@")
+        host, _, path = name.partition("/")
+        tag = ""
+        if path.rfind(":") > path.rfind("/"):
+            path, _, tag = path.rpartition(":")
+        return cls(host, path, digest or tag or "latest")
+
+    @property
+    def is_digest(self) -> bool:
+        return self.ref.startswith("sha256:")
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.repository}{'@' if self.is_digest else ':'}{self.ref}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or index as the registry stores it: its bytes are what its digest is of."""
+
+    digest: str
+    media_type: str
+    body: bytes
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in (OCI_INDEX, DOCKER_LIST)
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+class Registry:
+    """One registry host."""
+
+    def __init__(self, host: str, *, insecure: bool = False, username: str | None = None, password: str | None = None):
+        self.host = host
+        self._base = f"{'http' if insecure else 'https'}://{host}/v2/"
+        self._basic = (
+            "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode() if username and password else None
+        )
+        self._token: str | None = None
+
+    def _request(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> tuple[int, Any, bytes]:
+        """(status, headers, body) of one request; 404 is an answer, other errors raise RegistryError."""
+        for attempt in (0, 1):
+            request = urllib.request.Request(self._base + path, data=body, method=method, headers=dict(headers or {}))
+            if self._token or self._basic:
+                request.add_header("Authorization", f"Bearer {self._token}" if self._token else self._basic or "")
+            try:
+                with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                    return response.status, response.headers, response.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0 and self._fetch_token(exc.headers.get("WWW-Authenticate", "")):
+                    continue
+                if exc.code == 404:
+                    return 404, exc.headers, b""
+                raise RegistryError(f"{self.host}: {method} /v2/{path}: HTTP {exc.code} {exc.reason}") from None
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise RegistryError(f"{self.host}: {method} /v2/{path}: {reason}") from None
+        raise RegistryError(f"{self.host}: {method} /v2/{path}: unauthorized")
+
+    def _fetch_token(self, challenge: str) -> bool:
+        """Answer a Bearer challenge (realm, service, scope) with a token, using the basic credentials if any."""
+        if not challenge.lower().startswith("bearer "):
+            return False
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            return False
+        request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
+        if self._basic:
+            request.add_header("Authorization", self._basic)
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                answer = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        self._token = answer.get("token") or answer.get("access_token")
+        return bool(self._token)
+
+    def manifest(self, repository: str, ref: str) -> Manifest | None:
+        """The manifest or index at a tag or digest, None when there is none."""
+        status, headers, body = self._request("GET", f"{repository}/manifests/{ref}", headers={"Accept": _ACCEPT})
+        if status == 404:
+            return None
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        media_type = headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        return Manifest(digest, media_type, body)
+
+    def digest(self, repository: str, ref: str) -> str | None:
+        """The digest the registry holds at a tag or digest, None when it holds none."""
+        found = self.manifest(repository, ref)
+        return found.digest if found else None
+
+    def tags(self, repository: str) -> list[str]:
+        """Every tag of repository (following the API's pagination)."""
+        tags: list[str] = []
+        path: str | None = f"{repository}/tags/list?n=1000"
+        while path:
+            status, headers, body = self._request("GET", path)
+            if status == 404:
+                return tags
+            tags += json.loads(body).get("tags") or []
+            link = re.search(r"<([^>]+)>", headers.get("Link", "") or "")
+            path = link.group(1).removeprefix("/v2/") if link else None
+        return tags
+
+    def put_manifest(self, repository: str, ref: str, manifest: Manifest) -> None:
+        """Store manifest's exact bytes under ref (a tag): its digest is unchanged."""
+        self._request(
+            "PUT", f"{repository}/manifests/{ref}", headers={"Content-Type": manifest.media_type}, body=manifest.body
+        )
+
+    def delete(self, repository: str, digest: str) -> bool:
+        """Delete the manifest at digest (every tag on it goes); False when the registry does not allow deletes."""
+        try:
+            status, _, _ = self._request("DELETE", f"{repository}/manifests/{digest}")
+        except RegistryError as exc:
+            if "HTTP 405" in str(exc):
+                return False
+            raise
+        return status != 404
+
+    def blob(self, repository: str, digest: str) -> bytes:
+        status, _, body = self._request("GET", f"{repository}/blobs/{digest}")
+        if status == 404:
+            raise RegistryError(f"{self.host}: blob {digest} of {repository} is missing")
+        return body
+
+    def config(self, repository: str, ref: str, platform: str = "linux/amd64") -> dict[str, Any] | None:
+        """The image config at ref (for an index: the entry for platform, else its first), None when absent."""
+        found = self.manifest(repository, ref)
+        if found is None:
+            return None
+        if found.is_index:
+            entries = found.json().get("manifests") or []
+            os_name, _, arch = platform.partition("/")
+            chosen = next(
+                (
+                    m
+                    for m in entries
+                    if m.get("platform", {}).get("os") == os_name and m["platform"].get("architecture") == arch
+                ),
+                entries[0] if entries else None,
+            )
+            if chosen is None:
+                return None
+            found = self.manifest(repository, chosen["digest"])
+            if found is None:
+                return None
+        return json.loads(self.blob(repository, found.json()["config"]["digest"]))

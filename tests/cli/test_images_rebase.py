@@ -1,0 +1,59 @@
+"""`ferry images rebase`: Dockerfiles rebased without a plan; what changed and what is unmapped, in one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import run_cli
+
+TRAINER = "# trainer\r\nFROM nvcr.io/nvidia/pytorch:24.01-py3\r\nRUN pip install -r req.txt\r\n"
+TOOLS = "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM ubuntu:22.04\n"
+PLAIN = "FROM python:3.11-slim\n"
+
+
+def test_rebase_writes_files_and_diffs_and_reports(tmp_path: Path, monkeypatch) -> None:
+    for folder, text in (("trainer", TRAINER), ("tools", TOOLS), ("plain", PLAIN)):
+        (tmp_path / "images" / folder).mkdir(parents=True)
+        (tmp_path / "images" / folder / "Dockerfile").write_bytes(text.encode())
+    monkeypatch.chdir(tmp_path)
+    files = [f"images/{name}/Dockerfile" for name in ("trainer", "tools", "plain")]
+    code, stdout, stderr = run_cli("images", "rebase", *files, "--out", "out")
+    assert code == 0, stderr
+    out = tmp_path / "out"
+    assert (out / "trainer" / "Dockerfile").read_bytes() == (
+        b"# trainer\r\nFROM meta-cloud-registry.io/base/pytorch-meta:2026-latest\r\n"
+        b"RUN pip install meta-compute-sdk --upgrade\r\nRUN pip install -r req.txt\r\n"
+    )
+    assert b"+RUN pip install meta-compute-sdk --upgrade" in (out / "trainer" / "Dockerfile.diff").read_bytes()
+    assert not (out / "plain").exists()
+    lines = stdout.splitlines()
+    assert "images/trainer/Dockerfile: rebased -> out/trainer/Dockerfile (diff out/trainer/Dockerfile.diff)" in lines
+    assert (
+        "  line 1: nvcr.io/nvidia/pytorch:24.01-py3 -> meta-cloud-registry.io/base/pytorch-meta:2026-latest"
+        not in lines
+    )
+    assert "  line 2: nvcr.io/nvidia/pytorch:24.01-py3 -> meta-cloud-registry.io/base/pytorch-meta:2026-latest" in lines
+    assert "  line 2: ubuntu:22.04: no rule maps it" in lines
+    assert "images/plain/Dockerfile: not rebased: no FROM matches a rule of meta-compute" in lines
+    assert "  line 1: python:3.11-slim: no rule maps it" in lines
+
+
+def test_rebase_with_a_profile_by_path(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "mine.yaml").write_text(
+        'name: mine\nbase_images: [{match: "python:*", to: "registry.local/py:3"}]\nsdk_steps: ["RUN true"]\n'
+    )
+    (tmp_path / "Dockerfile").write_text(PLAIN)
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--profile", "./mine.yaml", "--out", "o")
+    assert code == 0, stderr
+    assert (tmp_path / "o" / "Dockerfile").read_text() == "FROM registry.local/py:3\nRUN true\n"
+
+
+def test_unparseable_dockerfile_is_one_line_exit_2(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM x\nRUN <<EOF\nnever closed\n")
+    monkeypatch.chdir(tmp_path)
+    code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--out", "o")
+    assert code == 2
+    assert stderr.strip().splitlines() == [
+        "ferry: error: Dockerfile: not a Dockerfile BuildKit can parse: unterminated heredoc"
+    ]

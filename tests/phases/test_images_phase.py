@@ -1,0 +1,388 @@
+"""The images phase against two real docker-registry processes, with buildah and skopeo (no network).
+
+The bases are made here: a busybox-static root filesystem committed with buildah and pushed to the source
+registry (with CUDA_VERSION in its config, as NGC's images carry it); the two-platform index is assembled with
+`buildah manifest` from two images whose architecture is only declared, so no foreign binary runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ferry import digest_map
+from ferry.audit import AuditFolder
+from ferry.errors import PermanentError
+from ferry.oci import Reference, Registry
+from ferry.phases.base import Reporter, open_phase
+from ferry.plan import load_plan
+from ferry.results import Status
+from tests.support import Server, buildah, busybox_image, start_registry
+
+TRAINER = """\
+# the trainer, as the team wrote it
+FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04
+ENV APP=trainer
+RUN echo trained > /model
+CMD ["cat", "/model"]
+"""
+
+
+@dataclass
+class Registries:
+    source: Server
+    target: Server
+    work: Path
+
+    @property
+    def src(self) -> str:
+        return f"127.0.0.1:{self.source.port}"
+
+    @property
+    def tgt(self) -> str:
+        return f"127.0.0.1:{self.target.port}"
+
+    def client(self, host: str) -> Registry:
+        return Registry(host, insecure=True)
+
+    def digest(self, reference: str) -> str | None:
+        ref = Reference.parse(reference)
+        return self.client(ref.host).digest(ref.repository, ref.ref)
+
+
+@pytest.fixture(scope="module")
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registries]:
+    source, target = start_registry(), start_registry()
+    regs = Registries(source, target, tmp_path_factory.mktemp("buildah"))
+    try:
+        work, src = regs.work, regs.src
+        push = ("push", "--tls-verify=false")
+        busybox_image(work, "busy-meta", "amd64", ["CUDA_VERSION=12.4.1"])
+        buildah(work, *push, "busy-meta", f"docker://{src}/base/busy-meta:1")
+        busybox_image(work, "tok-amd64", "amd64", [])
+        busybox_image(work, "tok-arm64", "arm64", [])
+        buildah(work, "manifest", "create", "tok")
+        buildah(work, "manifest", "add", "--arch", "amd64", "tok", "containers-storage:localhost/tok-amd64")
+        buildah(work, "manifest", "add", "--arch", "arm64", "tok", "containers-storage:localhost/tok-arm64")
+        buildah(work, "manifest", "push", "--all", "--tls-verify=false", "tok", f"docker://{src}/ml/tokenizer:1.0")
+        for tag in ("1", "2"):
+            buildah(work, *push, "tok-amd64", f"docker://{src}/ml/eval:{tag}")
+        yield regs
+    finally:
+        source.stop()
+        target.stop()
+
+
+def _plan(tmp: Path, regs: Registries, dockerfiles: dict[str, str], copy: list[str]) -> Path:
+    (tmp / "test-profile.yaml").write_text(
+        "name: test-meta\n"
+        f'base_images: [{{match: "nvcr.io/nvidia/cuda:*-runtime-*", to: "{regs.src}/base/busy-meta:1"}}]\n'
+        # The platform's SDK step, offline: what pip would do, written by a shell.
+        'sdk_steps: ["RUN echo meta-compute-sdk > /etc/meta-sdk"]\n'
+    )
+    entries = []
+    for image, text in dockerfiles.items():
+        folder = tmp / image.split(":")[0]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "Dockerfile").write_text(text)
+        entries.append(f'{{path: {folder.name}/Dockerfile, image: "{image}"}}')
+    plan = tmp / "migration.yaml"
+    plan.write_text(
+        "name: images-test\n"
+        f"source: {{storage: ./src, registry: {regs.src}/ml}}\n"
+        f"target: {{storage: ./dst, registry: {regs.tgt}/ai, profile: ./test-profile.yaml}}\n"
+        "phases:\n  images:\n"
+        f"    dockerfiles: [{', '.join(entries)}]\n"
+        f"    copy: {json.dumps(copy)}\n"
+        f'    insecure_registries: ["{regs.src}", "{regs.tgt}"]\n'
+        "    parallel: 2\n"
+    )
+    return plan
+
+
+def _run_all(plan: Path, run: str) -> tuple[object, AuditFolder, list[dict]]:
+    phase = open_phase(load_plan(plan), "images")
+    audit = AuditFolder(plan.parent / ".ferry" / "runs" / run)
+    summaries = [phase.run(step, audit, Reporter()) for step in phase.steps()]
+    return phase, audit, summaries
+
+
+def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: Path) -> None:
+    regs = registries
+    plan = _plan(tmp_path, regs, {"trainer:2024.06": TRAINER}, ["tokenizer:1.0", "eval:*"])
+    before = open_phase(load_plan(plan), "images").changes()
+    assert before.totals == {"rebuild": 1, "copy": 3}
+    assert "rebuild 1 of 1 image(s) (trainer:2024.06)" in before.text
+    phase, audit, summaries = _run_all(plan, "r1")
+    assert [(s["pushed"], s["skipped"], s["images"], s["changed"]) for s in summaries] == [(4, 0, 4, True)]
+    assert phase.changes().empty
+
+    # The rebuilt image, read back from the target registry.
+    target = Registry(regs.tgt, insecure=True)
+    manifest = target.manifest("ai/trainer", "2024.06")
+    assert manifest is not None
+    annotations = manifest.json()["annotations"]
+    assert annotations["org.opencontainers.image.base.name"] == f"{regs.src}/base/busy-meta:1"
+    assert annotations["org.opencontainers.image.base.digest"] == regs.digest(f"{regs.src}/base/busy-meta:1")
+    config = target.config("ai/trainer", "2024.06")
+    assert {"APP=trainer", "CUDA_VERSION=12.4.1"} <= set(config["config"]["Env"])
+    assert config["config"]["Cmd"] == ["cat", "/model"]
+    assert config["config"]["Labels"]["io.ferry.source"] == f"{regs.src}/ml/trainer:2024.06"
+    history = " ".join(h.get("created_by", "") for h in config["history"])
+    assert "echo meta-compute-sdk" in history and "echo trained" in history
+    rebased = (audit.root / "images" / "rebased" / "trainer_2024.06" / "Dockerfile").read_text()
+    assert rebased == TRAINER.replace(
+        "FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+        f"FROM {regs.src}/base/busy-meta:1\nRUN echo meta-compute-sdk > /etc/meta-sdk",
+    )
+
+    # The two-platform index copied with its digest, every platform with it; the glob expanded.
+    index = target.manifest("ai/tokenizer", "1.0")
+    assert index is not None and index.is_index
+    assert index.digest == regs.digest(f"{regs.src}/ml/tokenizer:1.0")
+    assert sorted(m["platform"]["architecture"] for m in index.json()["manifests"]) == ["amd64", "arm64"]
+    assert all(target.digest("ai/tokenizer", m["digest"]) for m in index.json()["manifests"])
+    assert sorted(target.tags("ai/eval")) == ["1", "2"]
+
+    # The digest map, published and in the audit folder, with the CUDA fingerprint of the rebuilt image.
+    records = digest_map.read(tmp_path / ".ferry")
+    trainer = records[f"{regs.src}/ml/trainer:2024.06"]
+    assert (trainer.kind, trainer.cuda, trainer.digest) == ("rebuilt", "12.4.1", manifest.digest)
+    assert records[f"{regs.src}/ml/tokenizer:1.0"].digest == index.digest
+    assert len(records) == 4
+    assert json.loads((audit.root / "images" / "digests.json").read_text())["images"][0]["source"]
+
+    results = {r.name: r for r in phase.gate(audit)}
+    assert {n: r.status for n, r in results.items()} == {
+        "images.on_target": Status.PASS,
+        "images.copied_digests": Status.PASS,
+        "images.base_annotations": Status.PASS,
+        "images.not_source": Status.PASS,
+        "images.unmapped_bases": Status.PASS,
+    }
+
+    # A second run: nothing rebuilt (same content hash), nothing copied (the target holds the digests).
+    phase2, audit2, summaries2 = _run_all(plan, "r2")
+    assert [(s["pushed"], s["skipped"], s["changed"]) for s in summaries2] == [(0, 4, False)]
+    assert not phase2.changed(summaries2)
+    assert target.digest("ai/trainer", "2024.06") == manifest.digest
+
+    # Rolling the second run back pushes nothing back and puts the first run's map back in place.
+    map_file = tmp_path / ".ferry" / "images" / "digests.json"
+    first_map = map_file.read_text()
+    assert phase2.rollback(audit2.root).items == [
+        f"restore {map_file} from {audit2.root / 'images' / 'previous-digests.json'}"
+    ]
+    assert map_file.read_text() == first_map
+
+    # Rolling the first run back: its tags go; eval:1 and eval:2, both its own, go with their one digest.
+    undo = phase.rollback(audit.root)
+    eval_items = sorted(i.split(" ", 1)[1] if i.startswith("deleted") else i for i in undo.items if "/ai/eval:" in i)
+    assert len(eval_items) == 2 and any("is gone already" in i for i in eval_items), undo.items
+    assert f"deleted {regs.tgt}/ai/trainer:2024.06 ({manifest.digest})" in undo.items
+    assert [
+        target.digest(repo, tag) for repo, tag in (("ai/trainer", "2024.06"), ("ai/eval", "1"), ("ai/eval", "2"))
+    ] == [None] * 3
+    assert f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}" in undo.items
+
+    # The gate asks the registries, not the journal: after the rollback the same run's gate fails.
+    after = {r.name: r for r in phase.gate(audit)}
+    for name in ("images.on_target", "images.copied_digests", "images.base_annotations"):
+        assert after[name].status == Status.FAIL, after[name]
+    assert f"{regs.tgt}/ai/trainer:2024.06: registry holds nothing, the run recorded {manifest.digest}" in (
+        after["images.on_target"].evidence
+    )
+
+
+def test_failed_build_fails_its_image_and_rolls_back(registries: Registries, tmp_path: Path) -> None:
+    regs = registries
+    broken = "FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04\nRUN false\n"
+    good = TRAINER.replace("trained", "evaluated")
+    plan = _plan(tmp_path, regs, {"good:1": good, "broken:1": broken}, [])
+    phase = open_phase(load_plan(plan), "images")
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
+    with pytest.raises(PermanentError, match=r"images: 1 of 2 failed: broken:1: build broken:1: buildah exited"):
+        phase.run("run", audit, Reporter())
+    pushed = regs.digest(f"{regs.tgt}/ai/good:1")
+    assert pushed is not None  # the other image was built and pushed
+    assert regs.digest(f"{regs.tgt}/ai/broken:1") is None
+
+    preview = phase.rollback(audit.root, dry_run=True)
+    assert preview.items == [f"delete {regs.tgt}/ai/good:1 ({pushed})"]
+    assert regs.digest(f"{regs.tgt}/ai/good:1") == pushed
+    undo = phase.rollback(audit.root)
+    assert undo.items == [f"deleted {regs.tgt}/ai/good:1 ({pushed})"]
+    assert regs.digest(f"{regs.tgt}/ai/good:1") is None
+    assert phase.rollback(audit.root).text.startswith("nothing to undo")
+
+
+def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Registries, tmp_path: Path) -> None:
+    regs = registries
+    base = Registry(regs.src, insecure=True).manifest("base/busy-meta", "1")
+    assert base is not None
+    # Before the run: the target's tokenizer:1.0 is another image, and keep:1 shares the digest eval:* will get.
+    for source, target in (
+        (f"{regs.src}/base/busy-meta:1", "moved/tokenizer:1.0"),
+        (f"{regs.src}/ml/eval:1", "moved/eval:keep"),
+    ):
+        subprocess.run(
+            ["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false", "--preserve-digests"]
+            + [f"docker://{source}", f"docker://{regs.tgt}/{target}"],
+            check=True,
+            capture_output=True,
+        )
+    plan = _plan(tmp_path, regs, {}, ["tokenizer:1.0", "eval:*"])
+    text = plan.read_text().replace(f"registry: {regs.tgt}/ai", f"registry: {regs.tgt}/moved")
+    plan.write_text(text.replace("    dockerfiles: []\n", ""))
+    phase, audit, _ = _run_all(plan, "r1")
+    moved = f"{regs.tgt}/moved/tokenizer:1.0"
+    assert regs.digest(moved) == regs.digest(f"{regs.src}/ml/tokenizer:1.0")
+    eval_digest = regs.digest(f"{regs.src}/ml/eval:1")
+
+    undo = phase.rollback(audit.root)
+    assert sorted(undo.items) == sorted(
+        [
+            f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}",
+            f"restore {moved} to its previous digest {base.digest}",
+            *(
+                f"keep {regs.tgt}/moved/eval:{t}: the registry deletes by digest and {eval_digest} is also tagged keep"
+                for t in ("1", "2")
+            ),
+        ]
+    )
+    assert regs.digest(moved) == base.digest
+    assert regs.digest(f"{regs.tgt}/moved/eval:keep") == eval_digest
+
+
+def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries: Registries, tmp_path: Path) -> None:
+    import kubernetes_validate
+    import yaml
+
+    regs = registries
+    plan = _plan(tmp_path, regs, {"trainer:k1": TRAINER, "plain:1": "FROM python:3.11-slim\nRUN true\n"}, [])
+    plan.write_text(plan.read_text() + "    builder: kaniko\n")
+    phase = open_phase(load_plan(plan), "images")
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
+    assert phase.run("run", audit, Reporter())["pushed"] == 0
+    job = yaml.safe_load((audit.root / "images" / "kaniko" / "trainer_k1.yaml").read_text())
+    kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--destination={regs.tgt}/ai/trainer:k1" in args
+    assert any(a.startswith("--label=io.ferry.content-hash=sha256:") for a in args)
+
+    results = {r.name: r for r in phase.gate(audit)}
+    assert results["images.on_target"].status == Status.FAIL
+    assert f"{regs.tgt}/ai/trainer:k1: the run recorded no image (not built, not copied)" in (
+        results["images.on_target"].evidence
+    )
+    unmapped = results["images.unmapped_bases"]
+    assert (unmapped.status, unmapped.evidence) == (Status.FAIL, ["plain:1: line 1: python:3.11-slim"])
+
+
+def test_registry_credentials_are_named_and_reach_the_tools_in_a_private_file(moto_env, tmp_path, monkeypatch) -> None:
+    import base64
+    import stat
+
+    from ferry.errors import UsageError
+
+    ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    (tmp_path / "other-auth.json").write_text(json.dumps({"auths": {"other.example": {"auth": "b3RoZXI6czNjcmV0"}}}))
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: creds\n"
+        f"source: {{storage: ./src, registry: {ecr}/ml}}\n"
+        "target: {storage: ./dst, registry: registry.meta.example/ai}\n"
+        "phases:\n  images:\n    copy: [tool:1]\n    auth:\n"
+        "      registry.meta.example: {username_env: REG_USER, password_env: REG_PASS}\n"
+        "      other.example: {auth_file: other-auth.json}\n"
+        f"      {ecr}: {{ecr_endpoint_url: '{moto_env.endpoint}'}}\n"
+    )
+    monkeypatch.setenv("REG_USER", "robot")
+    monkeypatch.setenv("REG_PASS", "hunter2")
+    phase = open_phase(load_plan(plan), "images")
+    with phase._authfile() as option:
+        file = Path(option[1])
+        assert option[0] == "--authfile" and stat.S_IMODE(file.stat().st_mode) == 0o600
+        auths = {h: base64.b64decode(a["auth"]).decode() for h, a in json.loads(file.read_text())["auths"].items()}
+    assert not file.exists()
+    assert auths["registry.meta.example"] == "robot:hunter2"
+    assert auths["other.example"] == "other:s3cret"
+    assert auths[ecr].startswith("AWS:")  # the token moto's GetAuthorizationToken gave
+
+    monkeypatch.delenv("REG_PASS")
+    with pytest.raises(UsageError, match=r"credentials.password_env names \$REG_PASS, which is not set"):
+        open_phase(load_plan(plan), "images")._credentials("registry.meta.example")
+
+
+def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries: Registries, tmp_path: Path) -> None:
+    import threading
+
+    plan = _plan(tmp_path, registries, {}, ["tokenizer:1.0"])
+    plan.write_text(plan.read_text().replace("    dockerfiles: []\n", ""))
+    stopping = threading.Event()
+    stopping.set()
+    phase = open_phase(load_plan(plan), "images")
+    summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
+    assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
+    assert not digest_map.path(tmp_path / ".ferry").exists()
+
+
+def test_where_the_registry_refuses_deletes_the_rollback_says_which_tags_remain(
+    registries: Registries, tmp_path: Path
+) -> None:
+    no_deletes = start_registry(deletes=False)
+    try:
+        tgt = f"127.0.0.1:{no_deletes.port}"
+        plan = _plan(tmp_path, registries, {}, ["eval:1"])
+        text = plan.read_text().replace("    dockerfiles: []\n", "").replace(registries.tgt, tgt)
+        plan.write_text(text)
+        phase, audit, _ = _run_all(plan, "r1")
+        digest = registries.digest(f"{tgt}/ai/eval:1")
+        assert digest is not None
+        undo = phase.rollback(audit.root)
+        assert f"{tgt}/ai/eval:1 remains: the registry does not allow deletes (storage.delete.enabled)" in undo.items
+        assert registries.digest(f"{tgt}/ai/eval:1") == digest
+    finally:
+        no_deletes.stop()
+
+
+BAD_SETTINGS = [
+    ('dockerfiles: [{path: D, image: "Trainer"}]', ":6: phases.images.dockerfiles.0.image: 'Trainer': name it"),
+    ('dockerfiles: [{path: D, image: "t:1"}]\n    copy: ["t:1"]', "t:1: both rebuilt from a Dockerfile and copied"),
+    ("copy: [a:1]\n    platforms: [linux/amd64, linux/arm64]", "buildah builds one platform here"),
+    ("copy: [a:1]\n    auth: {r.example: {username_env: U}}", "name both a username and a password"),
+    ("copy: [a:1]\n    auth: {r.example: {username_env: U, password_env: P, auth_file: a.json}}", "or an auth_file"),
+    ("{}", "name dockerfiles to rebuild or images to copy"),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
+def test_bad_settings_are_one_line_naming_the_field(tmp_path: Path, settings: str, message: str) -> None:
+    from ferry.errors import UsageError
+
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: bad\nsource: {storage: ./src, registry: r.example/ml}\n"
+        "target: {storage: ./dst, registry: t.example/ai}\n"
+        f"phases:\n  images:\n    {settings}\n".replace("images:\n    {}", "images: {}")
+    )
+    with pytest.raises(UsageError) as err:
+        load_plan(plan)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_copy_needs_a_source_registry(tmp_path: Path) -> None:
+    from ferry.errors import UsageError
+
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        "name: bad\nsource: {storage: ./s}\ntarget: {storage: ./d, registry: t.example/ai}\n"
+        "phases:\n  images: {copy: [a:1]}\n"
+    )
+    with pytest.raises(UsageError, match="phases.images.copy needs source.registry"):
+        load_plan(plan)

@@ -1,0 +1,248 @@
+"""The Dockerfile rebase: Dockerfile shapes teams really have, each checked byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ferry.images import RebaseError, cuda_version, expand, find_rule, match_tags, normalise, rebase
+from ferry.plan import load_target_profile
+
+META = load_target_profile("meta-compute", Path("."))
+PYTORCH = "meta-cloud-registry.io/base/pytorch-meta:2026-latest"
+RUNTIME = "meta-cloud-registry.io/base/cuda-meta:2026-runtime"
+DEVEL = "meta-cloud-registry.io/base/cuda-meta:2026-devel"
+SDK = "RUN pip install meta-compute-sdk --upgrade"
+DIGEST = "sha256:" + "ab" * 32
+
+# (shape, Dockerfile, the rebased text expected byte for byte; None: not rebased, the text is unchanged)
+SHAPES = [
+    (
+        "single stage with RUN, ENV and CMD",
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3\nENV PYTHONUNBUFFERED=1\nRUN pip install -r req.txt\n"
+        'CMD ["python", "train.py"]\n',
+        f'FROM {PYTORCH}\n{SDK}\nENV PYTHONUNBUFFERED=1\nRUN pip install -r req.txt\nCMD ["python", "train.py"]\n',
+    ),
+    (
+        "multi-stage devel build, runtime final",
+        "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\n\n"
+        "FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04\nCOPY --from=build /out /app\n",
+        f"FROM {DEVEL} AS build\nRUN make\n\nFROM {RUNTIME}\n{SDK}\nCOPY --from=build /out /app\n",
+    ),
+    (
+        "ARG naming the whole base: the default is rewritten, the FROM kept",
+        "ARG BASE=nvcr.io/nvidia/pytorch:24.01-py3\nFROM ${BASE}\nRUN x\n",
+        f"ARG BASE={PYTORCH}\nFROM ${{BASE}}\n{SDK}\nRUN x\n",
+    ),
+    (
+        "quoted ARG default, $BASE without braces, two ARGs on one line",
+        'ARG PY=3.11 BASE="nvcr.io/nvidia/cuda:12.2.0-devel-ubuntu22.04"\nFROM $BASE AS build\n',
+        f'ARG PY=3.11 BASE="{DEVEL}"\nFROM $BASE AS build\n{SDK}\n',
+    ),
+    (
+        "ARG inside the tag: expanded for matching, the reference replaced",
+        "ARG CUDA=12.4.1\nFROM nvcr.io/nvidia/cuda:${CUDA}-runtime-ubuntu22.04\nARG CUDA\n",
+        f"ARG CUDA=12.4.1\nFROM {RUNTIME}\n{SDK}\nARG CUDA\n",
+    ),
+    (
+        "--platform=$BUILDPLATFORM and AS kept",
+        "FROM --platform=$BUILDPLATFORM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\n"
+        "FROM --platform=linux/amd64 nvcr.io/nvidia/pytorch:24.01-py3 AS final\n",
+        f"FROM --platform=$BUILDPLATFORM {DEVEL} AS build\nRUN make\nFROM --platform=linux/amd64 {PYTORCH} AS final\n"
+        f"{SDK}\n",
+    ),
+    (
+        "heredoc whose body holds a FROM line",
+        "# syntax=docker/dockerfile:1.7\nFROM nvcr.io/nvidia/pytorch:24.01-py3\nCOPY <<EOF /app/Dockerfile\n"
+        "FROM nvcr.io/nvidia/pytorch:23.01-py3\nEOF\nRUN <<-SH\n\techo hi\n\tSH\n",
+        f"# syntax=docker/dockerfile:1.7\nFROM {PYTORCH}\n{SDK}\nCOPY <<EOF /app/Dockerfile\n"
+        "FROM nvcr.io/nvidia/pytorch:23.01-py3\nEOF\nRUN <<-SH\n\techo hi\n\tSH\n",
+    ),
+    (
+        "lower-case instructions and as",
+        "from nvcr.io/nvidia/pytorch:24.01-py3 as base\nrun echo hi\n",
+        f"from {PYTORCH} as base\n{SDK}\nrun echo hi\n",
+    ),
+    (
+        "CRLF with a BOM: the SDK line ends in CRLF too",
+        "\ufeff# syntax=docker/dockerfile:1\r\nFROM nvcr.io/nvidia/pytorch:24.01-py3\r\nRUN a \\\r\n  b\r\n",
+        f"\ufeff# syntax=docker/dockerfile:1\r\nFROM {PYTORCH}\r\n{SDK}\r\nRUN a \\\r\n  b\r\n",
+    ),
+    (
+        "escape directive with a backtick continuation inside the FROM",
+        "# escape=`\nFROM `\n  nvcr.io/nvidia/pytorch:24.01-py3\nRUN dir c:\\ `\n  /w\n",
+        f"# escape=`\nFROM `\n  {PYTORCH}\n{SDK}\nRUN dir c:\\ `\n  /w\n",
+    ),
+    (
+        "digest-pinned base: the source digest is dropped",
+        f"FROM nvcr.io/nvidia/pytorch:24.01-py3@{DIGEST}\nRUN x\n",
+        f"FROM {PYTORCH}\n{SDK}\nRUN x\n",
+    ),
+    (
+        "ONBUILD image: the SDK is a plain step, never a trigger",
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3\nONBUILD COPY . /app\nONBUILD RUN pip install /app\n",
+        f"FROM {PYTORCH}\n{SDK}\nONBUILD COPY . /app\nONBUILD RUN pip install /app\n",
+    ),
+    (
+        "ONBUILD FROM-like trigger is not a base",
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3\nonbuild RUN echo FROM nvcr.io/nvidia/pytorch:1\n",
+        f"FROM {PYTORCH}\n{SDK}\nonbuild RUN echo FROM nvcr.io/nvidia/pytorch:1\n",
+    ),
+    (
+        "scratch export stage: no SDK step",
+        "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\nFROM scratch AS export\n"
+        "COPY --from=build /out /\n",
+        f"FROM {DEVEL} AS build\nRUN make\nFROM scratch AS export\nCOPY --from=build /out /\n",
+    ),
+    (
+        "final stage built on an earlier stage (a stage name is not an image)",
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3 AS base\nRUN x\nFROM base AS final\nRUN y\n",
+        f"FROM {PYTORCH} AS base\nRUN x\nFROM base AS final\n{SDK}\nRUN y\n",
+    ),
+    (
+        "comments that look like FROM lines stay",
+        "# FROM nvcr.io/nvidia/pytorch:23.01-py3\n#FROM nvcr.io/nvidia/cuda:12-runtime-x\n"
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3\n",
+        f"# FROM nvcr.io/nvidia/pytorch:23.01-py3\n#FROM nvcr.io/nvidia/cuda:12-runtime-x\nFROM {PYTORCH}\n{SDK}\n",
+    ),
+    (
+        "continuation with a comment line inside the FROM",
+        "FROM \\\n# the base the team tested\n  nvcr.io/nvidia/pytorch:24.01-py3 \\\n  AS base\nRUN a\n",
+        f"FROM \\\n# the base the team tested\n  {PYTORCH} \\\n  AS base\n{SDK}\nRUN a\n",
+    ),
+    (
+        "blank lines, tabs and trailing spaces kept",
+        "\n\n\tFROM   nvcr.io/nvidia/pytorch:24.01-py3   \n\n\tRUN x  \n",
+        f"\n\n\tFROM   {PYTORCH}   \n{SDK}\n\n\tRUN x  \n",
+    ),
+    (
+        "no final newline",
+        "FROM nvcr.io/nvidia/pytorch:24.01-py3",
+        f"FROM {PYTORCH}\n{SDK}\n",
+    ),
+    (
+        "Docker Hub look-alike nvidia/cuda is docker.io, not NGC: not rebased",
+        "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04\nRUN x\n",
+        None,
+    ),
+    ("Docker Hub pytorch/pytorch: not rebased", "FROM pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime\n", None),
+    ("NGC cuda base flavour no rule names: not rebased", "FROM nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04\n", None),
+    ("already on the target's base", f"FROM {PYTORCH}\n{SDK}\n", None),
+    ("ARG without a default cannot be resolved: not rebased", "ARG BASE\nFROM ${BASE}\n", None),
+    (
+        "one ARG base used by two stages: rewritten once",
+        "ARG BASE=nvcr.io/nvidia/pytorch:24.01-py3\nFROM ${BASE} AS build\nRUN make\n"
+        "FROM $BASE\nCOPY --from=build /o /o\n",
+        f"ARG BASE={PYTORCH}\nFROM ${{BASE}} AS build\nRUN make\nFROM $BASE\n{SDK}\nCOPY --from=build /o /o\n",
+    ),
+    (
+        "inline default in the FROM: the reference replaced",
+        "ARG BASE\nFROM ${BASE:-nvcr.io/nvidia/pytorch:24.01-py3}\n",
+        f"ARG BASE\nFROM {PYTORCH}\n{SDK}\n",
+    ),
+    (
+        "ARG continued over two lines",
+        "ARG PY=3.11 \\\n    BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\nFROM ${BASE}\n",
+        f"ARG PY=3.11 \\\n    BASE={DEVEL}\nFROM ${{BASE}}\n{SDK}\n",
+    ),
+    (
+        "rebased build stage, unmapped final stage: the SDK still goes into the final stage",
+        "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM ubuntu:22.04\nCOPY --from=build /o /o\n",
+        f"FROM {DEVEL} AS build\nFROM ubuntu:22.04\n{SDK}\nCOPY --from=build /o /o\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("shape", "text", "expected"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_rebase_shapes_byte_for_byte(shape: str, text: str, expected: str | None) -> None:
+    result = rebase(text, META.base_images, META.sdk_steps, target_repositories=["registry.meta.example/ai"])
+    assert result.text == (text if expected is None else expected)
+    assert result.rebased == (expected is not None)
+    assert result.text.count(SDK) == text.count(SDK) + (expected is not None and "FROM scratch AS export" not in text)
+
+
+def test_shape_count() -> None:
+    assert len(SHAPES) >= 20
+
+
+def test_report_names_what_changed_and_what_is_unmapped() -> None:
+    text = "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM build AS mid\nFROM ubuntu:22.04\n"
+    result = rebase(text, META.base_images, META.sdk_steps)
+    assert [(b.line, b.kind) for b in result.bases] == [(1, "rebased"), (2, "stage"), (3, "unmapped")]
+    assert [b.image for b in result.unmapped] == ["ubuntu:22.04"]
+    diff = result.diff()
+    assert diff.startswith("--- a/Dockerfile\n+++ b/Dockerfile\n")
+    assert f"+FROM {DEVEL} AS build\n" in diff and f"+{SDK}\n" in diff
+
+
+def test_scratch_final_stage_is_reported() -> None:
+    result = rebase(SHAPES[13][1], META.base_images, META.sdk_steps)
+    assert result.sdk_skipped == "line 3: the final stage starts from scratch"
+
+
+def test_without_rules_nothing_is_rebased_or_unmapped() -> None:
+    result = rebase("FROM nvcr.io/nvidia/pytorch:24.01-py3\nFROM ubuntu\n", [], [SDK])
+    assert not result.rebased and result.unmapped == []
+
+
+def test_build_args_override_defaults_for_matching() -> None:
+    text = "ARG CUDA=12.4.1-base\nFROM nvcr.io/nvidia/cuda:${CUDA}-ubuntu22.04\n"
+    assert not rebase(text, META.base_images).rebased
+    assert (
+        rebase(text, META.base_images, build_args={"CUDA": "12.4.1-runtime"}).text
+        == f"ARG CUDA=12.4.1-base\nFROM {RUNTIME}\n"
+    )
+
+
+def test_unparseable_dockerfile_is_one_error() -> None:
+    with pytest.raises(RebaseError, match="unterminated heredoc"):
+        rebase("FROM x\nRUN <<EOF\nabc\n", META.base_images)
+
+
+@pytest.mark.parametrize(
+    ("reference", "normalised"),
+    [
+        ("ubuntu", "docker.io/library/ubuntu:latest"),
+        ("nvidia/cuda:12", "docker.io/nvidia/cuda:12"),
+        ("index.docker.io/nvidia/cuda:12", "docker.io/nvidia/cuda:12"),
+        ("localhost/x", "localhost/x:latest"),
+        ("127.0.0.1:5000/ml/x@" + DIGEST, "127.0.0.1:5000/ml/x@" + DIGEST),
+        ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io/nvidia/pytorch:24.01-py3"),
+    ],
+)
+def test_normalise(reference: str, normalised: str) -> None:
+    assert normalise(reference) == normalised
+
+
+def test_rules_are_normalised_and_first_match_wins() -> None:
+    from ferry.plan import BaseImageRule
+
+    rules = [BaseImageRule(match="nvidia/cuda:*", to="a"), BaseImageRule(match="docker.io/nvidia/*", to="b")]
+    assert find_rule("docker.io/nvidia/cuda:12", rules).to == "a"
+    assert find_rule("nvidia/cudagl:12", rules).to == "b"
+    assert find_rule("nvcr.io/nvidia/cuda:12", rules) is None
+
+
+def test_expand() -> None:
+    args = {"A": "x", "B": None}
+    assert expand("$A-${A}-${B:-d}-${A:+p}-${C:-e}", args) == "x-x-d-p-e"
+    assert expand("${B}", args) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "cuda"),
+    [
+        ({"config": {"Env": ["PATH=/bin", "CUDA_VERSION=12.4.1"]}}, "12.4.1"),
+        ({"config": {"Env": ["NV_CUDA_LIB_VERSION=12.2.0-1"]}}, "12.2.0"),
+        ({"config": {"Labels": {"com.nvidia.cuda.version": "11.8.0"}}}, "11.8.0"),
+        ({"config": {"Env": ["PATH=/bin"]}}, None),
+        (None, None),
+    ],
+)
+def test_cuda_fingerprint(config, cuda) -> None:
+    assert cuda_version(config) == cuda
+
+
+def test_match_tags() -> None:
+    assert match_tags("2024.*", ["2024.06", "2023.12", "2024.07-rc1", "latest"]) == ["2024.06", "2024.07-rc1"]
