@@ -407,3 +407,29 @@ def test_a_retried_step_keeps_the_first_snapshot_and_a_job_is_replaced_once(
     undo = phase.rollback(audit.root)
     assert len(undo.items) == 7
     assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
+
+
+def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_path: Path) -> None:
+    from ferry import digest_map
+
+    plan = _write_plan(tmp_path, None)
+    source = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/trainer:2024.06"
+    digest = "sha256:" + "e" * 64
+    record = digest_map.ImageRecord(source, "registry.meta.example/ai-training/trainer:2024.06", digest, "rebuilt")
+    digest_map.publish(tmp_path / ".ferry", [record])
+    phase = _phase(plan)
+    rendering = phase.render()
+    deployment = next(d for d in rendering.documents if d.kind == "Deployment").plain()
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.meta.example/ai-training/trainer@{digest}"
+    # The Job's image is not in the map: with a map published, an unpinned moved image fails the policy.
+    policy = _by_name(phase.validate(rendering))["manifests.policy"]
+    assert policy.status == Status.FAIL
+    assert policy.evidence == [
+        f"k8s/app.yaml#6 Job/{NS}/preprocess: spec.template.spec.containers[0].image: "
+        "registry.meta.example/ai-training/preprocess:2 is not pinned by digest (not in the digest map)"
+    ]
+    # The map is an input of the phase: publishing another changes its hash.
+    before = phase.input_hash()
+    digest_map.publish(tmp_path / ".ferry", [])
+    assert _phase(plan).input_hash() != before
