@@ -536,7 +536,9 @@ class ManifestsPhase(Phase):
             f"{'delete' if a['action'] == 'created' else 'restore'} {shown(a['key'])} ({a['wave']})" for a in order
         ]
         cluster = self.cluster()
-        drifted = self._drifted(cluster, folder)
+        # During the run itself (its gate failed) its own rollback restores without asking; after a commit,
+        # someone may have changed what the rollout left.
+        drifted = self._drifted(cluster, folder) if self._committed(audit_root) else []
         if dry_run:
             notes = [f"changed since the rollout: {shown(key)}" for key in drifted]
             return Undo(f"restore {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
@@ -551,6 +553,20 @@ class ManifestsPhase(Phase):
         done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
         log.warning("rolled back the manifests phase", done=undo.text)
         return undo
+
+    def _committed(self, audit_root: Path) -> bool:
+        """Whether the run whose audit folder is audit_root is the phase's live commit in the run log."""
+        from ferry.runlog import FILE, RunLog
+
+        state = self.loaded.state_dir / "state"
+        if not (state / FILE).exists():
+            return False
+        runlog = RunLog(state)
+        try:
+            live = runlog.live_commit(self.loaded.plan.name, self.name)
+        finally:
+            runlog.close()
+        return live is not None and live[0] == audit_root.name
 
     def _drifted(self, cluster: ClusterApi, folder: Path) -> list[str]:
         """Keys of objects whose live state differs from what the rollout left (none before it finished)."""

@@ -20,6 +20,7 @@ from ferry.phases.base import Reporter, open_phase
 from ferry.phases.manifests import ManifestsPhase, _restorable
 from ferry.plan import load_plan
 from ferry.results import Status
+from ferry.runlog import RunLog
 from tests.kube_emulator import KubeEmulator
 
 NS = "ai-training-v4"
@@ -379,6 +380,11 @@ def test_a_later_rollback_stops_on_objects_changed_since_unless_forced(emulator:
     client.CoreV1Api(emulator.api_client()).patch_namespaced_config_map(
         "trainer-config", NS, {"data": {"EPOCHS": "12"}}
     )
+    # Before the run commits (its own gate failed), its rollback does not ask: nobody else could have changed it.
+    assert not any(i.startswith("changed since") for i in phase.rollback(audit.root, dry_run=True).items)
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    runlog.set_phase("llm-train", "manifests", phase.input_hash(), "committed", "run-1")
+    runlog.close()
     preview = phase.rollback(audit.root, dry_run=True)
     assert preview.items[0] == f"changed since the rollout: v1 ConfigMap {NS} trainer-config"
     with pytest.raises(UsageError, match="1 object\\(s\\) changed since the rollout of run run-1"):
