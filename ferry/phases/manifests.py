@@ -402,7 +402,7 @@ class ManifestsPhase(Phase):
             return {**summary, "applied": 0, "changed": False}
         cluster = self.cluster()
         objects = self.objects(rendering, cluster)
-        self._snapshot(cluster, objects, rendering, audit)
+        self._snapshot(cluster, objects, audit)
         applied = self._apply(cluster, objects, audit)
         waiting = self._wait(cluster, objects, reporter)
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
@@ -410,7 +410,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "fingerprints.json", self._fingerprints(cluster, objects))
         return {**summary, "applied": applied, "changed": applied > 0}
 
-    def _snapshot(self, cluster: ClusterApi, objects: list[dict], rendering: Rendering, audit: AuditFolder) -> None:
+    def _snapshot(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> None:
         """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are.
 
         Taken once per run: a retried step keeps the first snapshot, not what its first attempt half applied.
