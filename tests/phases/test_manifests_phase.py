@@ -439,3 +439,18 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     before = phase.input_hash()
     digest_map.publish(tmp_path / ".ferry", [])
     assert _phase(plan).input_hash() != before
+
+
+def test_a_restored_job_drops_what_the_api_server_generated() -> None:
+    from ferry.phases.manifests import _without_generated_job_fields
+
+    labels = {"app": "p", "controller-uid": "u", "batch.kubernetes.io/controller-uid": "u", "job-name": "p"}
+    job = {
+        "kind": "Job",
+        "spec": {"selector": {"matchLabels": {"controller-uid": "u"}}, "template": {"metadata": {"labels": labels}}},
+    }
+    restored = _without_generated_job_fields(job)
+    assert restored["spec"] == {"template": {"metadata": {"labels": {"app": "p"}}}}
+    assert job["spec"]["selector"], "the snapshot itself is left as it was"
+    job["spec"]["manualSelector"] = True
+    assert _without_generated_job_fields(job) == job
