@@ -189,9 +189,9 @@ class Mapping:
             "|---|---|---|---|",
         ]
         for p in self.principals:
-            kind, name = self.subject(p)
-            counts = [f"{len(getattr(p, attr))} {attr}" for attr in CATEGORIES if getattr(p, attr)]
-            lines.append(f"| {p.id} | {kind} {name} | {self.headline(p)} | {', '.join(counts)} |")
+            subject = " ".join(self.subject(p)) if p.resolved else "-"
+            counts = [f"{len(getattr(p, attr))} {label}" for attr, (_, label) in CATEGORIES.items() if getattr(p, attr)]
+            lines.append(f"| {p.id} | {subject} | {self.headline(p)} | {', '.join(counts)} |")
         for attr, (title, _) in CATEGORIES.items():
             entries = [f"- {p.id}: {text}" for p in self.principals for text in getattr(p, attr)]
             if entries:
