@@ -151,6 +151,39 @@ SHAPES = [
         "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM ubuntu:22.04\nCOPY --from=build /o /o\n",
         f"FROM {DEVEL} AS build\nFROM ubuntu:22.04\n{SDK}\nCOPY --from=build /o /o\n",
     ),
+    # Shapes from a trial on Dockerfiles as teams write them, each a defect it found.
+    (
+        "ARG default built from an earlier ARG (a registry mirror): expanded, the default rewritten",
+        "ARG REGISTRY=nvcr.io/nvidia\nARG BASE_IMAGE=${REGISTRY}/pytorch:24.05-py3\nFROM ${BASE_IMAGE}\nRUN x\n",
+        f"ARG REGISTRY=nvcr.io/nvidia\nARG BASE_IMAGE={PYTORCH}\nFROM ${{BASE_IMAGE}}\n{SDK}\nRUN x\n",
+    ),
+    (
+        "the final stage already installs the SDK: not added twice",
+        "FROM nvcr.io/nvidia/pytorch:24.05-py3\nRUN  pip install meta-compute-sdk --upgrade\nCOPY . /app\n",
+        f"FROM {PYTORCH}\nRUN  pip install meta-compute-sdk --upgrade\nCOPY . /app\n",
+    ),
+    (
+        "registry host in capitals is the same host",
+        "FROM NVCR.IO/nvidia/pytorch:24.05-py3\n",
+        f"FROM {PYTORCH}\n{SDK}\n",
+    ),
+    (
+        "ARG whose name ends another's, same default: only its own default rewritten",
+        "ARG CUDA_BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\n"
+        "FROM $BASE\nRUN echo $CUDA_BASE\n",
+        f"ARG CUDA_BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 BASE={DEVEL}\nFROM $BASE\n{SDK}\n"
+        "RUN echo $CUDA_BASE\n",
+    ),
+    (
+        "LF directive line, CRLF below it: the SDK line takes its FROM line's ending",
+        "# syntax=docker/dockerfile:1.7\nFROM nvcr.io/nvidia/pytorch:24.05-py3\r\nRUN x\r\n",
+        f"# syntax=docker/dockerfile:1.7\nFROM {PYTORCH}\r\n{SDK}\r\nRUN x\r\n",
+    ),
+    (
+        "an expansion form not evaluated (${VAR/from/to}): that FROM left as written, the SDK still in the final stage",
+        "ARG BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\nFROM ${BASE} AS build\nFROM ${BASE/devel/runtime}\n",
+        f"ARG BASE={DEVEL}\nFROM ${{BASE}} AS build\nFROM ${{BASE/devel/runtime}}\n{SDK}\n",
+    ),
 ]
 
 
@@ -159,7 +192,8 @@ def test_rebase_shapes_byte_for_byte(shape: str, text: str, expected: str | None
     result = rebase(text, META.base_images, META.sdk_steps, target_repositories=["registry.meta.example/ai"])
     assert result.text == (text if expected is None else expected)
     assert result.rebased == (expected is not None)
-    assert result.text.count(SDK) == text.count(SDK) + (expected is not None and "FROM scratch AS export" not in text)
+    added = expected is not None and "FROM scratch AS export" not in text and "meta-compute-sdk" not in text
+    assert result.text.count(SDK) == text.count(SDK) + added
 
 
 def test_shape_count() -> None:
@@ -195,6 +229,38 @@ def test_build_args_override_defaults_for_matching() -> None:
     )
 
 
+def test_an_unresolvable_from_is_reported_as_such() -> None:
+    text = "ARG BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\nFROM ${BASE} AS build\nFROM ${BASE/devel/runtime}\n"
+    assert rebase(text, META.base_images, META.sdk_steps).report()[1] == (
+        "line 3: ${BASE/devel/runtime}: cannot be known before the build (an ARG without a default?)"
+    )
+
+
+# A final stage to test, a runtime one to ship: the build's --target gets the SDK, not the last stage.
+TARGETED = (
+    "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\n"
+    "FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\nCOPY --from=build /o /o\n"
+    "FROM runtime AS test\nRUN pytest\n"
+)
+
+
+def test_the_build_target_stage_gets_the_sdk() -> None:
+    result = rebase(TARGETED, META.base_images, META.sdk_steps, target="Runtime")
+    assert result.text == (
+        f"FROM {DEVEL} AS build\nRUN make\nFROM {RUNTIME} AS runtime\n{SDK}\nCOPY --from=build /o /o\n"
+        "FROM runtime AS test\nRUN pytest\n"
+    )
+    assert result.final_base == RUNTIME
+    with pytest.raises(RebaseError, match="^Dockerfile: no stage is named 'prod' \\(the build's target\\)$"):
+        rebase(TARGETED, META.base_images, META.sdk_steps, target="prod")
+
+
+def test_a_continuation_at_the_end_of_the_file_is_refused_not_swallowing_the_sdk() -> None:
+    # As written, BuildKit would read the added step as more words of the FROM.
+    with pytest.raises(RebaseError, match="^Dockerfile:2: the rebased file would not read as the original"):
+        rebase("# base\nFROM nvcr.io/nvidia/pytorch:24.05-py3 \\\n", META.base_images, META.sdk_steps)
+
+
 def test_unparseable_dockerfile_is_one_error() -> None:
     with pytest.raises(RebaseError, match="unterminated heredoc"):
         rebase("FROM x\nRUN <<EOF\nabc\n", META.base_images)
@@ -228,6 +294,11 @@ def test_expand() -> None:
     args = {"A": "x", "B": None}
     assert expand("$A-${A}-${B:-d}-${A:+p}-${C:-e}", args) == "x-x-d-p-e"
     assert expand("${B}", args) is None
+    # With the colon an empty value counts as unset, as BuildKit's shell expansion does; ${X:?...} needs a value.
+    empty = {"E": ""}
+    assert [expand(t, empty) for t in ("${E:-d}", "${E-d}", "${E:+p}", "${E+p}", "${E?m}")] == ["d", "", "", "p", ""]
+    assert expand("${E:?m}", empty) is None and expand("${A:?m}", args) == "x"
+    assert expand("${A#x}", args) is None and expand("${A%%x}", args) is None
 
 
 @pytest.mark.parametrize(

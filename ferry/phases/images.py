@@ -397,8 +397,9 @@ class ImagesPhase(Phase):
             self.rules(),
             self.loaded.target.sdk_steps,
             name=entry.path,
-            target_repositories=[*(r.to for r in self.rules()), str(self.loaded.plan.target.registry)],
+            target_repositories=[str(self.loaded.plan.target.registry)],
             build_args=entry.build_args,
+            target=entry.target,
         )
         dockerfile = path
         if audit is not None:
@@ -408,7 +409,7 @@ class ImagesPhase(Phase):
                 dockerfile, _diff = result.write(folder, "Dockerfile")
             report = {"path": entry.path, "rebased": result.rebased, "bases": [asdict(b) for b in result.bases]}
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        base = result.stages.get(entry.target.lower()) if entry.target else result.final_base
+        base = result.final_base
         base_name = normalise(base) if base else None
         base_digest = None
         if base_name:

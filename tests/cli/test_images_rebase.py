@@ -57,3 +57,22 @@ def test_unparseable_dockerfile_is_one_line_exit_2(tmp_path: Path, monkeypatch) 
     assert stderr.strip().splitlines() == [
         "ferry: error: Dockerfile: not a Dockerfile BuildKit can parse: unterminated heredoc"
     ]
+
+
+def test_a_file_already_on_the_profiles_base_is_not_reported_unmapped(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        "FROM meta-cloud-registry.io/base/pytorch-meta:2026-latest\nRUN pip install meta-compute-sdk --upgrade\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--out", "o")
+    assert code == 0, stderr
+    assert stdout.splitlines() == ["Dockerfile: not rebased: no FROM matches a rule of meta-compute"]
+
+
+def test_an_out_folder_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "Dockerfile").write_text(TRAINER)
+    (tmp_path / "taken").write_text("a file, not a folder\n")
+    monkeypatch.chdir(tmp_path)
+    code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--out", "taken")
+    assert code == 2
+    assert stderr.strip().splitlines() == ["ferry: error: taken: cannot write: File exists"]
