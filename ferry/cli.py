@@ -397,14 +397,27 @@ def images_rebase(
     profile: Annotated[
         str, typer.Option(help="A built-in target profile, or the path of a YAML profile")
     ] = "meta-compute",
+    build_arg: Annotated[
+        list[str] | None,
+        typer.Option("--build-arg", help="NAME=VALUE, as the build will pass it (for an ARG without a default)"),
+    ] = None,
+    stage: Annotated[
+        str | None, typer.Option("--target", help="The stage the build stops at: it gets the SDK steps")
+    ] = None,
 ) -> None:
     """Rebase Dockerfiles onto the profile's base images (no plan needed); say what changed and what is unmapped."""
     target = load_target_profile(profile, Path.cwd())
+    build_args = {}
+    for item in build_arg or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--build-arg {item}: write NAME=VALUE")
+        build_args[key] = value
     texts = {path: read_dockerfile(path) for path in files}
     # Keep the files' relative layout under --out, so two files named Dockerfile do not collide.
     common = Path(os.path.commonpath([p.resolve().parent for p in files]))
     for path, text in texts.items():
-        result = rebase(text, target.base_images, target.sdk_steps, name=str(path))
+        result = rebase(text, target.base_images, target.sdk_steps, name=str(path), build_args=build_args, target=stage)
         if not result.rebased:
             verdict = "not rebased: no FROM matches a rule of " + target.name
         else:

@@ -142,6 +142,8 @@ class Rebased:
     final_base: str | None = None
     # Why the SDK steps were not added to a rebased file (its final stage starts from scratch), else None.
     sdk_skipped: str | None = None
+    # Images named outside a FROM (`COPY --from=`, `RUN --mount=from=`), left as written: (line, how, image).
+    elsewhere: list[tuple[int, str, str]] = field(default_factory=list)
 
     @property
     def rebased(self) -> bool:
@@ -183,6 +185,9 @@ class Rebased:
             else f"line {b.line}: {b.written}: cannot be known before the build (an ARG without a default?)"
             for b in self.bases
             if b.kind in ("rebased", "unmapped")
+        ]
+        lines += [
+            f"line {line}: {how}{image}: an image outside a FROM, left as it is" for line, how, image in self.elsewhere
         ]
         return lines + ([f"no SDK step: {self.sdk_skipped}"] if self.sdk_skipped else [])
 
@@ -256,6 +261,7 @@ def rebase(
     # Each FROM, its stage name, and the image it names once rebased (as the parser will read it back).
     froms: list[tuple[dockerfile.Command, Base, str | None, str]] = []
     arg_edits: dict[str, str] = {}
+    elsewhere: list[tuple[int, str, str]] = []
     targets = [repository(r) for r in [*(rule.to for rule in rules), *target_repositories]]
     for cmd in commands:
         keyword = cmd.cmd.upper()
@@ -267,6 +273,7 @@ def rebase(
                 arg_at[key] = (cmd, default)
             continue
         if keyword != "FROM":
+            elsewhere += [(cmd.start_line, how, ref) for how, ref in _images_outside_from(cmd, roots)]
             continue
         written = new = cmd.value[0]
         alias = cmd.value[2].lower() if len(cmd.value) >= 3 and cmd.value[1].lower() == "as" else None
@@ -303,7 +310,7 @@ def rebase(
     # The stage the build ends with (the target's, else the last) gets the SDK steps.
     last = max((i for i, f in enumerate(froms) if target is None or f[2] == target.lower()), default=None)
     final_base = roots[target.lower()] if target is not None else root if froms else None
-    result = Rebased(name, text, text, [f[1] for f in froms], final_base)
+    result = Rebased(name, text, text, [f[1] for f in froms], final_base, elsewhere=elsewhere)
     if not result.rebased or last is None:
         return result
     for var_name, to in arg_edits.items():
@@ -333,6 +340,21 @@ def rebase(
     result.text = "".join(lines)
     _verify(result, commands, [f[3] for f in froms], final_cmd, steps)
     return result
+
+
+def _images_outside_from(cmd: dockerfile.Command, stages: dict[str, str | None]) -> list[tuple[str, str]]:
+    """The images cmd reads from that are not earlier stages: (how, image) for `--from=` and `--mount=...,from=`."""
+    found = []
+    for flag in cmd.flags:
+        name, _, value = flag.partition("=")
+        if name.lower() == "--from":
+            found.append(("COPY --from=" if cmd.cmd.upper() == "COPY" else f"{cmd.cmd.upper()} --from=", value))
+        elif name.lower() == "--mount":
+            fields = dict(item.partition("=")[::2] for item in value.split(","))
+            if fields.get("from"):
+                found.append(("RUN --mount=from=", fields["from"]))
+    # A stage by name or by index is not an image; a reference built from ARGs is not known here.
+    return [(how, ref) for how, ref in found if ref.lower() not in stages and not ref.isdigit() and "$" not in ref]
 
 
 def _verify(

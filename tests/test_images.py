@@ -236,6 +236,22 @@ def test_an_unresolvable_from_is_reported_as_such() -> None:
     )
 
 
+def test_images_read_outside_a_from_are_reported_and_left() -> None:
+    text = (
+        "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nFROM python:3.11-slim\n"
+        "COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 /usr/local/cuda /usr/local/cuda\n"
+        "COPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nCOPY --from=build /o /o\nCOPY --from=0 /o /p\n"
+        "RUN --mount=type=bind,from=nvcr.io/nvidia/pytorch:24.05-py3,source=/opt,target=/mnt true\n"
+    )
+    result = rebase(text, META.base_images, META.sdk_steps)
+    assert result.report()[2:] == [
+        "line 3: COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04: an image outside a FROM, left as it is",
+        "line 4: COPY --from=ghcr.io/astral-sh/uv:0.4: an image outside a FROM, left as it is",
+        "line 7: RUN --mount=from=nvcr.io/nvidia/pytorch:24.05-py3: an image outside a FROM, left as it is",
+    ]
+    assert "COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 " in result.text
+
+
 # A final stage to test, a runtime one to ship: the build's --target gets the SDK, not the last stage.
 TARGETED = (
     "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\n"

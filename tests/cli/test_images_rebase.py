@@ -76,3 +76,27 @@ def test_an_out_folder_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path,
     code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--out", "taken")
     assert code == 2
     assert stderr.strip().splitlines() == ["ferry: error: taken: cannot write: File exists"]
+
+
+def test_build_args_and_target_as_the_build_will_pass_them(tmp_path: Path, monkeypatch) -> None:
+    # Megatron-LM's shape: the base is a build argument without a default.
+    (tmp_path / "Dockerfile").write_text(
+        "ARG FROM_IMAGE_NAME\nFROM $FROM_IMAGE_NAME AS train\nRUN pip install einops\nFROM train AS test\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, stdout, _stderr = run_cli("images", "rebase", "Dockerfile", "--out", "o")
+    assert (code, stdout.splitlines()[1:]) == (
+        0,
+        ["  line 2: $FROM_IMAGE_NAME: cannot be known before the build (an ARG without a default?)"],
+    )
+    ngc = "FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.05-py3"
+    code, _stdout, stderr = run_cli(
+        "images", "rebase", "Dockerfile", "--build-arg", ngc, "--target", "train", "--out", "o"
+    )
+    assert code == 0, stderr
+    assert (tmp_path / "o" / "Dockerfile").read_text() == (
+        "ARG FROM_IMAGE_NAME\nFROM meta-cloud-registry.io/base/pytorch-meta:2026-latest AS train\n"
+        "RUN pip install meta-compute-sdk --upgrade\nRUN pip install einops\nFROM train AS test\n"
+    )
+    code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--build-arg", "FROM_IMAGE_NAME", "--out", "o")
+    assert (code, stderr.strip()) == (2, "ferry: error: --build-arg FROM_IMAGE_NAME: write NAME=VALUE")
