@@ -208,21 +208,28 @@ def _lines(text: str) -> list[str]:
 
 
 def _replace_in_span(
-    name: str, lines: list[str], start: int, end: int, skip: Sequence[str], old: str | re.Pattern[str], new: str
+    name: str, lines: list[str], start: int, end: int, skip: Sequence[str], old: str, new: str, *, word: bool = False
 ) -> None:
-    """Replace the first `old` after the keyword and the strings in skip, within lines start..end (1-based)."""
+    """Replace the first `old` after the keyword and the strings in skip, within lines start..end (1-based).
+
+    word: `old` must not follow a name character (`BASE=` is not found inside `CUDA_BASE=`).
+    """
     span = "".join(lines[start - 1 : end])
     keyword = re.match(r"\ufeff?\s*\S+", span)
     pos = keyword.end() if keyword else 0
     for token in skip:
         found = span.find(token, pos)
         pos = found + len(token) if found >= 0 else pos
-    pattern = old if isinstance(old, re.Pattern) else re.compile(re.escape(old))
-    found_old = pattern.search(span, pos)
+    found_old = re.compile(("(?<![A-Za-z0-9_])" if word else "") + re.escape(old)).search(span, pos)
     if found_old is None:
         raise RebaseError(f"{name}:{start}: cannot place the rewrite of {old!r} (split across lines?)")
     # The replacement holds no line break, so the span keeps its lines and later spans their numbers.
     lines[start - 1 : end] = _lines(span[: found_old.start()] + new + span[found_old.end() :])
+
+
+def _keyword(cmd: dockerfile.Command) -> str:
+    """cmd's instruction, upper-cased ("" for the empty node the parser gives a line holding only an escape)."""
+    return (cmd.cmd or "").upper()
 
 
 def _squeeze(instruction: str) -> str:
@@ -264,7 +271,7 @@ def rebase(
     elsewhere: list[tuple[int, str, str]] = []
     targets = [repository(r) for r in [*(rule.to for rule in rules), *target_repositories]]
     for cmd in commands:
-        keyword = cmd.cmd.upper()
+        keyword = _keyword(cmd)
         if keyword == "ARG" and not froms:
             # Only ARGs before the first FROM are in scope for FROM lines; a default may use the ARGs before it.
             for item in cmd.value:
@@ -275,8 +282,11 @@ def rebase(
         if keyword != "FROM":
             elsewhere += [(cmd.start_line, how, ref) for how, ref in _images_outside_from(cmd, roots)]
             continue
+        if not (len(cmd.value) == 1 and cmd.value[0] or len(cmd.value) == 3 and cmd.value[1].lower() == "as"):
+            # As BuildKit's build would say it (a template's `FROM {{ base }}` reads as three words, for example).
+            raise RebaseError(f"{name}:{cmd.start_line}: FROM takes an image, then optionally AS and a stage name")
         written = new = cmd.value[0]
-        alias = cmd.value[2].lower() if len(cmd.value) >= 3 and cmd.value[1].lower() == "as" else None
+        alias = cmd.value[2].lower() if len(cmd.value) == 3 else None
         image = expand(written, args)
         to: str | None = None
         root = image or written
@@ -315,16 +325,15 @@ def rebase(
         return result
     for var_name, to in arg_edits.items():
         cmd, default = arg_at[var_name]
-        # The name as a whole word: `BASE=` must not be found inside `CUDA_BASE=`.
-        old = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(f'{var_name}={default}')}")
-        _replace_in_span(name, lines, cmd.start_line, cmd.end_line, (), old, f"{var_name}={_requote(default, to)}")
+        old, new = f"{var_name}={default}", f"{var_name}={_requote(default, to)}"
+        _replace_in_span(name, lines, cmd.start_line, cmd.end_line, (), old, new, word=True)
     for cmd, base, _alias, new in froms:
         if new != base.written:
             _replace_in_span(name, lines, cmd.start_line, cmd.end_line, cmd.flags, base.written, new)
     final_cmd, final = froms[last][0], froms[last][1]
     stage_end = froms[last + 1][0].start_line if last + 1 < len(froms) else len(lines) + 1
     # A step the stage already runs is not added twice.
-    present = {_squeeze(c.original) for c in commands if final_cmd.start_line < c.start_line < stage_end}
+    present = {_squeeze(c.original or "") for c in commands if final_cmd.start_line < c.start_line < stage_end}
     steps = [step for step in sdk_steps if _squeeze(step) not in present]
     if result.final_base is None:
         result.sdk_skipped = f"line {final.line}: the final stage starts from scratch"
@@ -348,7 +357,7 @@ def _images_outside_from(cmd: dockerfile.Command, stages: dict[str, str | None])
     for flag in cmd.flags:
         name, _, value = flag.partition("=")
         if name.lower() == "--from":
-            found.append(("COPY --from=" if cmd.cmd.upper() == "COPY" else f"{cmd.cmd.upper()} --from=", value))
+            found.append((f"{_keyword(cmd)} --from=", value))
         elif name.lower() == "--mount":
             fields = dict(item.partition("=")[::2] for item in value.split(","))
             if fields.get("from"):
@@ -370,10 +379,10 @@ def _verify(
     here rather than handed to a build.
     """
     at = before.index(after_this) + 1
-    keywords = [c.cmd.upper() for c in before]
+    keywords = [_keyword(c) for c in before]
     expected = keywords[:at] + [step.split(maxsplit=1)[0].upper() for step in steps] + keywords[at:]
     after = dockerfile.parse_string(result.text)
-    if [c.cmd.upper() for c in after] != expected or [c.value[0] for c in after if c.cmd.upper() == "FROM"] != images:
+    if [_keyword(c) for c in after] != expected or [c.value[0] for c in after if _keyword(c) == "FROM"] != images:
         raise RebaseError(
             f"{result.name}:{after_this.start_line}: the rebased file would not read as the original with its edits "
             "(a line continuation at the end of the file swallows the SDK step?)"

@@ -184,6 +184,11 @@ SHAPES = [
         "ARG BASE=nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04\nFROM ${BASE} AS build\nFROM ${BASE/devel/runtime}\n",
         f"ARG BASE={DEVEL}\nFROM ${{BASE}} AS build\nFROM ${{BASE/devel/runtime}}\n{SDK}\n",
     ),
+    (
+        "a stray line holding only a backslash (an empty node to the parser)",
+        "FROM nvcr.io/nvidia/pytorch:24.05-py3\n\\\nRUN x\n",
+        f"FROM {PYTORCH}\n{SDK}\n\\\nRUN x\n",
+    ),
 ]
 
 
@@ -277,9 +282,29 @@ def test_a_continuation_at_the_end_of_the_file_is_refused_not_swallowing_the_sdk
         rebase("# base\nFROM nvcr.io/nvidia/pytorch:24.05-py3 \\\n", META.base_images, META.sdk_steps)
 
 
-def test_unparseable_dockerfile_is_one_error() -> None:
-    with pytest.raises(RebaseError, match="unterminated heredoc"):
-        rebase("FROM x\nRUN <<EOF\nabc\n", META.base_images)
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("FROM x\nRUN <<EOF\nabc\n", "Dockerfile: not a Dockerfile BuildKit can parse: unterminated heredoc"),
+        ("# only a comment\n", "Dockerfile: not a Dockerfile BuildKit can parse: file with no instructions"),
+        # A Jinja template handed over as it is, and a half-typed stage name.
+        ("FROM {{ base_image }}\nRUN x\n", "Dockerfile:1: FROM takes an image, then optionally AS and a stage name"),
+        (
+            "# syntax=docker/dockerfile:1\nFROM nvcr.io/nvidia/pytorch:24.05-py3 AS\n",
+            "Dockerfile:2: FROM takes an image, then optionally AS and a stage name",
+        ),
+        ("FROM --platform=linux/amd64\n", "Dockerfile:1: FROM takes an image, then optionally AS and a stage name"),
+        (
+            "ARG BASE=${OVERRIDE:-nvcr.io/nvidia/pytorch:24.05-py\\\n3}\nFROM $BASE\n",
+            "Dockerfile:1: cannot place the rewrite of 'BASE=${OVERRIDE:-nvcr.io/nvidia/pytorch:24.05-py3}' "
+            "(split across lines?)",
+        ),
+    ],
+)
+def test_bad_dockerfiles_are_one_error(text: str, error: str) -> None:
+    with pytest.raises(RebaseError) as raised:
+        rebase(text, META.base_images, META.sdk_steps)
+    assert str(raised.value) == error
 
 
 @pytest.mark.parametrize(
