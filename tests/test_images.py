@@ -185,9 +185,9 @@ SHAPES = [
         f"ARG BASE={DEVEL}\nFROM ${{BASE}} AS build\nFROM ${{BASE/devel/runtime}}\n{SDK}\n",
     ),
     (
-        "a stray line holding only a backslash (an empty node to the parser)",
-        "FROM nvcr.io/nvidia/pytorch:24.05-py3\n\\\nRUN x\n",
-        f"FROM {PYTORCH}\n{SDK}\n\\\nRUN x\n",
+        "a stray backslash as the last line (an empty node to the parser)",
+        "FROM nvcr.io/nvidia/pytorch:24.05-py3\nRUN x\n\\\n",
+        f"FROM {PYTORCH}\n{SDK}\nRUN x\n\\\n",
     ),
 ]
 
