@@ -154,15 +154,10 @@ class Rebased:
         return [b for b in self.bases if b.kind == "unmapped"]
 
     def diff(self) -> str:
-        """The unified diff from the original to the rebased text."""
-        return "".join(
-            difflib.unified_diff(
-                self.original.splitlines(keepends=True),
-                self.text.splitlines(keepends=True),
-                fromfile=f"a/{self.name}",
-                tofile=f"b/{self.name}",
-            )
-        )
+        """The unified diff from the original to the rebased text (as `patch` and `git apply` read it)."""
+        diff = difflib.unified_diff(_lines(self.original), _lines(self.text), f"a/{self.name}", f"b/{self.name}")
+        # difflib leaves a last line without its newline as it is, which runs it into the next diff line.
+        return "".join(line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in diff)
 
     def write(self, folder: Path, name: str) -> tuple[Path, Path]:
         """Write the rebased text to folder/name and its diff to folder/name.diff, byte for byte; both paths."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,11 @@ SHAPES = [
         f"ARG BASE={DEVEL}\nFROM ${{BASE}} AS build\nFROM ${{BASE/devel/runtime}}\n{SDK}\n",
     ),
     (
+        "a comment pasted from a web page, holding U+2028 (a line break to str.splitlines, not to BuildKit)",
+        "# see the wiki:\u2028build notes\nFROM nvcr.io/nvidia/pytorch:24.05-py3\r\n",
+        f"# see the wiki:\u2028build notes\nFROM {PYTORCH}\r\n{SDK}\r\n",
+    ),
+    (
         "a stray backslash as the last line (an empty node to the parser)",
         "FROM nvcr.io/nvidia/pytorch:24.05-py3\nRUN x\n\\\n",
         f"FROM {PYTORCH}\n{SDK}\nRUN x\n\\\n",
@@ -199,6 +205,24 @@ def test_rebase_shapes_byte_for_byte(shape: str, text: str, expected: str | None
     assert result.rebased == (expected is not None)
     added = expected is not None and "FROM scratch AS export" not in text and "meta-compute-sdk" not in text
     assert result.text.count(SDK) == text.count(SDK) + added
+
+
+@pytest.mark.parametrize(
+    ("shape", "text", "expected"), [s for s in SHAPES if s[2] is not None], ids=[s[0] for s in SHAPES if s[2]]
+)
+def test_the_diff_applies_with_patch_byte_for_byte(shape: str, text: str, expected: str, tmp_path: Path) -> None:
+    # The audit folder's diff is for people and for `patch`: a last line without a newline must say so.
+    result = rebase(text, META.base_images, META.sdk_steps)
+    (tmp_path / "Dockerfile").write_bytes(text.encode())
+    (tmp_path / "Dockerfile.diff").write_bytes(result.diff().encode())
+    done = subprocess.run(
+        ["patch", "-s", "--fuzz=0", "-p1", "-i", "Dockerfile.diff", "Dockerfile"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "Dockerfile").read_bytes() == expected.encode()
 
 
 def test_shape_count() -> None:
