@@ -292,21 +292,20 @@ def rebase(
             kind, root = "scratch", None
         elif image is None:
             kind = "unmapped"
-        else:
-            rule = find_rule(image, rules)
-            if rule is not None:
-                kind, to = "rebased", rule.to
-                root = rule.to
-                var = _ONE_VAR.match(written)
-                var_name = (var.group("braced") or var.group("bare")) if var else None
-                if var_name and args.get(var_name) and var_name not in overrides:
-                    arg_edits[var_name] = rule.to
-                else:
-                    new = rule.to
-            elif any(repository(image) == t or normalise(image).startswith(t + "/") for t in targets):
-                kind = "target"
+        elif any(repository(image) == t or normalise(image).startswith(t + "/") for t in targets):
+            # Before the rules: a broad rule (`*/pytorch*`) may match its own `to`, which is already the target's.
+            kind = "target"
+        elif (rule := find_rule(image, rules)) is not None:
+            kind, to = "rebased", rule.to
+            root = rule.to
+            var = _ONE_VAR.match(written)
+            var_name = (var.group("braced") or var.group("bare")) if var else None
+            if var_name and args.get(var_name) and var_name not in overrides:
+                arg_edits[var_name] = rule.to
             else:
-                kind = "unmapped" if rules else "target"
+                new = rule.to
+        else:
+            kind = "unmapped" if rules else "target"
         froms.append((cmd, Base(cmd.start_line, written, image, kind, to), alias, new))
         if alias:
             roots[alias] = root

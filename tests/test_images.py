@@ -249,6 +249,16 @@ def test_without_rules_nothing_is_rebased_or_unmapped() -> None:
     assert not result.rebased and result.unmapped == []
 
 
+def test_a_broad_rule_matching_its_own_target_leaves_a_rebased_file_alone() -> None:
+    from ferry.plan import BaseImageRule
+
+    rules = [BaseImageRule(match="*/pytorch*", to=PYTORCH)]
+    once = rebase("FROM nvcr.io/nvidia/pytorch:24.05-py3 AS train\nRUN x\n", rules, [SDK])
+    assert once.text == f"FROM {PYTORCH} AS train\n{SDK}\nRUN x\n"
+    again = rebase(once.text, rules, [SDK])
+    assert (again.rebased, again.text, [b.kind for b in again.bases]) == (False, once.text, ["target"])
+
+
 def test_build_args_override_defaults_for_matching() -> None:
     text = "ARG CUDA=12.4.1-base\nFROM nvcr.io/nvidia/cuda:${CUDA}-ubuntu22.04\n"
     assert not rebase(text, META.base_images).rebased
