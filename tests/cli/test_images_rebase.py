@@ -100,3 +100,21 @@ def test_build_args_and_target_as_the_build_will_pass_them(tmp_path: Path, monke
     )
     code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--build-arg", "FROM_IMAGE_NAME", "--out", "o")
     assert (code, stderr.strip()) == (2, "ferry: error: --build-arg FROM_IMAGE_NAME: write NAME=VALUE")
+
+
+def test_an_out_folder_over_the_inputs_is_refused_before_anything_is_written(tmp_path: Path, monkeypatch) -> None:
+    for folder, text in (("trainer", TRAINER), ("tools", TOOLS)):
+        (tmp_path / "images" / folder).mkdir(parents=True)
+        (tmp_path / "images" / folder / "Dockerfile").write_bytes(text.encode())
+    monkeypatch.chdir(tmp_path)
+    files = ["images/trainer/Dockerfile", "images/tools/Dockerfile"]
+    code, _stdout, stderr = run_cli("images", "rebase", *files, "--out", "images")
+    assert code == 2
+    assert stderr.strip() == (
+        "ferry: error: --out images: would write over images/trainer/Dockerfile, an input: choose another folder"
+    )
+    assert (tmp_path / "images" / "trainer" / "Dockerfile").read_bytes() == TRAINER.encode()
+    # One file that cannot be rebased: nothing written for the others either.
+    (tmp_path / "images" / "tools" / "Dockerfile").write_text("FROM {{ base }}\n")
+    code, _stdout, stderr = run_cli("images", "rebase", *files, "--out", "out")
+    assert code == 2 and not (tmp_path / "out").exists(), stderr
