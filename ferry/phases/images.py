@@ -410,7 +410,8 @@ class ImagesPhase(Phase):
             report = {"path": entry.path, "rebased": result.rebased, "bases": [asdict(b) for b in result.bases]}
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         base = result.final_base
-        base_name = normalise(base) if base else None
+        # A base from an ARG without a default stays as written ("$NAME"): no registry to ask about it.
+        base_name = normalise(base) if base and "$" not in base else None
         base_digest = None
         if base_name:
             # A base whose tag moved (a platform's "2026-latest") makes a new build; unreachable: left to the build.
@@ -441,6 +442,11 @@ class ImagesPhase(Phase):
         target, source = prepared["target"], self.source_ref(entry.image)
         for base in result.unmapped:
             journal.add("unmapped", {"image": entry.image, "line": base.line, "base": base.image or base.written})
+        if prepared["base"] and prepared["base_name"] is None:
+            raise PermanentError(
+                f"{entry.image}: its base {prepared['base']} cannot be known before the build "
+                "(an ARG without a default: give it in the entry's build_args)"
+            )
         if prepared["existing"] == prepared["hash"]:
             digest = self._digest(target)
             assert digest is not None
