@@ -404,6 +404,9 @@ def images_rebase(
     stage: Annotated[
         str | None, typer.Option("--target", help="The stage the build stops at: it gets the SDK steps")
     ] = None,
+    platform: Annotated[
+        str | None, typer.Option(help="The platform built for (linux/amd64): its TARGETARCH... in FROM lines")
+    ] = None,
 ) -> None:
     """Rebase Dockerfiles onto the profile's base images (no plan needed); say what changed and what is unmapped."""
     target = load_target_profile(profile, Path.cwd())
@@ -416,7 +419,15 @@ def images_rebase(
     texts = {path: read_dockerfile(path) for path in files}
     # Every file is rebased before any is written: a bad one leaves --out as it was.
     results = {
-        path: rebase(text, target.base_images, target.sdk_steps, name=str(path), build_args=build_args, target=stage)
+        path: rebase(
+            text,
+            target.base_images,
+            target.sdk_steps,
+            name=str(path),
+            build_args=build_args,
+            target=stage,
+            platform=platform,
+        )
         for path, text in texts.items()
     }
     # Keep the files' relative layout under --out, so two files named Dockerfile do not collide.

@@ -222,6 +222,15 @@ def _replace_in_span(
     lines[start - 1 : end] = _lines(span[: found_old.start()] + new + span[found_old.end() :])
 
 
+def platform_args(platform: str) -> dict[str, str]:
+    """The ARGs BuildKit defines for FROM lines when building for platform (os/arch[/variant]) on that platform."""
+    os_name, _, rest = platform.partition("/")
+    arch, _, variant = rest.partition("/")
+    values = {"PLATFORM": platform, "OS": os_name, "ARCH": arch, "VARIANT": variant}
+    # BUILD*: the builds here run on the platform they build for (no emulation).
+    return {f"{side}{key}": value for side in ("TARGET", "BUILD") for key, value in values.items()}
+
+
 def _keyword(cmd: dockerfile.Command) -> str:
     """cmd's instruction, upper-cased ("" for the empty node the parser gives a line holding only an escape)."""
     return (cmd.cmd or "").upper()
@@ -242,6 +251,7 @@ def rebase(
     target_repositories: Sequence[str] = (),
     build_args: dict[str, str] | None = None,
     target: str | None = None,
+    platform: str | None = None,
 ) -> Rebased:
     """Rebase text: FROM images (and ARG defaults naming them) matching a rule move to its `to`; SDK steps added.
 
@@ -249,6 +259,7 @@ def rebase(
     (the rules' own `to` images always are).
     build_args: values that override ARG defaults when matching (the build passes them).
     target: the stage the build stops at (`--target`), which gets the SDK steps; default: the last stage.
+    platform: the one platform built for (os/arch[/variant]): BuildKit's TARGETARCH... for FROM lines.
     """
     try:
         commands = dockerfile.parse_string(text)
@@ -256,7 +267,8 @@ def rebase(
         raise RebaseError(f"{name}: not a Dockerfile BuildKit can parse: {exc}") from None
     lines = _lines(text)
     overrides = build_args or {}
-    args: dict[str, str | None] = {}
+    automatic = platform_args(platform) if platform else {}
+    args: dict[str, str | None] = dict(automatic)
     arg_at: dict[str, tuple[dockerfile.Command, str]] = {}
     # Stage name -> the image its chain of stages starts from (as the build sees it), None for scratch.
     roots: dict[str, str | None] = {}
@@ -271,7 +283,7 @@ def rebase(
             # Only ARGs before the first FROM are in scope for FROM lines; a default may use the ARGs before it.
             for item in cmd.value:
                 key, eq, default = item.partition("=")
-                args[key] = overrides.get(key, expand(_unquote(default), args) if eq else None)
+                args[key] = overrides.get(key, expand(_unquote(default), args) if eq else automatic.get(key))
                 arg_at[key] = (cmd, default)
             continue
         if keyword != "FROM":

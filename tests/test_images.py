@@ -310,6 +310,34 @@ def test_the_build_target_stage_gets_the_sdk() -> None:
         rebase(TARGETED, META.base_images, META.sdk_steps, target="prod")
 
 
+# One Dockerfile for two architectures: the stage is picked by BuildKit's automatic TARGETARCH.
+PER_ARCH = (
+    "ARG TARGETARCH\nFROM nvcr.io/nvidia/pytorch:24.05-py3 AS base-amd64\nFROM arm64v8/ubuntu:22.04 AS base-arm64\n"
+    "FROM base-${TARGETARCH}\nRUN x\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("platform", "final_base", "unknown"),
+    [
+        ("linux/amd64", PYTORCH, []),
+        ("linux/arm64/v8", "arm64v8/ubuntu:22.04", []),
+        (
+            None,
+            "base-${TARGETARCH}",
+            ["line 4: base-${TARGETARCH}: cannot be known before the build (an ARG without a default?)"],
+        ),
+    ],
+)
+def test_the_platform_built_for_resolves_targetarch(platform, final_base, unknown) -> None:
+    result = rebase(PER_ARCH, META.base_images, META.sdk_steps, platform=platform)
+    assert result.final_base == final_base
+    assert result.report()[2:] == unknown
+    assert result.text == PER_ARCH.replace("RUN x\n", f"{SDK}\nRUN x\n").replace(
+        "nvcr.io/nvidia/pytorch:24.05-py3", PYTORCH
+    )
+
+
 def test_a_continuation_at_the_end_of_the_file_is_refused_not_swallowing_the_sdk() -> None:
     # As written, BuildKit would read the added step as more words of the FROM.
     with pytest.raises(RebaseError, match="^Dockerfile:2: the rebased file would not read as the original"):

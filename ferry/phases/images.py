@@ -400,6 +400,8 @@ class ImagesPhase(Phase):
             target_repositories=[str(self.loaded.plan.target.registry)],
             build_args=entry.build_args,
             target=entry.target,
+            # One platform: its TARGETARCH... resolve FROM lines (`FROM base-${TARGETARCH}`); several: each its own.
+            platform=self.settings.platforms[0] if len(self.settings.platforms) == 1 else None,
         )
         dockerfile = path
         if audit is not None:

@@ -98,6 +98,12 @@ def test_build_args_and_target_as_the_build_will_pass_them(tmp_path: Path, monke
         "ARG FROM_IMAGE_NAME\nFROM meta-cloud-registry.io/base/pytorch-meta:2026-latest AS train\n"
         "RUN pip install meta-compute-sdk --upgrade\nRUN pip install einops\nFROM train AS test\n"
     )
+    # A stage per architecture, picked by BuildKit's automatic TARGETARCH.
+    (tmp_path / "Dockerfile").write_text(
+        "FROM nvcr.io/nvidia/pytorch:24.05-py3 AS base-amd64\nFROM ubuntu AS base-arm64\nFROM base-$TARGETARCH\n"
+    )
+    code, stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--platform", "linux/amd64", "--out", "o")
+    assert code == 0 and "cannot be known" not in stdout, stderr
     code, _stdout, stderr = run_cli("images", "rebase", "Dockerfile", "--build-arg", "FROM_IMAGE_NAME", "--out", "o")
     assert (code, stderr.strip()) == (2, "ferry: error: --build-arg FROM_IMAGE_NAME: write NAME=VALUE")
 
