@@ -213,9 +213,9 @@ def _replace_in_span(
     keyword = re.match(r"\ufeff?\s*\S+", span)
     pos = keyword.end() if keyword else 0
     for token in skip:
-        found = span.find(token, pos)
-        pos = found + len(token) if found >= 0 else pos
-    found_old = re.compile(("(?<![A-Za-z0-9_])" if word else "") + re.escape(old)).search(span, pos)
+        found = _search(re.compile(re.escape(token)), span, pos)
+        pos = found.end() if found else pos
+    found_old = _search(re.compile(("(?<![A-Za-z0-9_])" if word else "") + re.escape(old)), span, pos)
     if found_old is None:
         raise RebaseError(f"{name}:{start}: cannot place the rewrite of {old!r} (split across lines?)")
     # The replacement holds no line break, so the span keeps its lines and later spans their numbers.
@@ -229,6 +229,16 @@ def platform_args(platform: str) -> dict[str, str]:
     values = {"PLATFORM": platform, "OS": os_name, "ARCH": arch, "VARIANT": variant}
     # BUILD*: the builds here run on the platform they build for (no emulation).
     return {f"{side}{key}": value for side in ("TARGET", "BUILD") for key, value in values.items()}
+
+
+def _search(pattern: re.Pattern[str], span: str, pos: int) -> re.Match[str] | None:
+    """The first match of pattern in span from pos that is not on a comment line inside the continued instruction."""
+    for found in pattern.finditer(span, pos):
+        line_start = span.rfind("\n", 0, found.start()) + 1
+        # BuildKit drops comment lines inside a continuation: `# nvcr.io/...` there is not the image.
+        if line_start == 0 or not span[line_start : found.start()].lstrip().startswith("#"):
+            return found
+    return None
 
 
 def _keyword(cmd: dockerfile.Command) -> str:
@@ -391,7 +401,7 @@ def _verify(
     if [_keyword(c) for c in after] != expected or [c.value[0] for c in after if _keyword(c) == "FROM"] != images:
         raise RebaseError(
             f"{result.name}:{after_this.start_line}: the rebased file would not read as the original with its edits "
-            "(a line continuation at the end of the file swallows the SDK step?)"
+            "(a line continuation at the end of the file, for example)"
         )
 
 

@@ -191,6 +191,19 @@ SHAPES = [
         f"# see the wiki:\u2028build notes\nFROM {PYTORCH}\r\n{SDK}\r\n",
     ),
     (
+        "a comment inside the FROM's continuation naming the same image: the image changes, the comment stays",
+        "FROM \\\n# nvcr.io/nvidia/pytorch:24.05-py3 is what CI tests with\n"
+        "  nvcr.io/nvidia/pytorch:24.05-py3 AS train\n",
+        f"FROM \\\n# nvcr.io/nvidia/pytorch:24.05-py3 is what CI tests with\n  {PYTORCH} AS train\n{SDK}\n",
+    ),
+    (
+        "a comment inside the ARG's continuation naming the same default",
+        "ARG PY=3.11 \\\n  # BASE=nvcr.io/nvidia/pytorch:24.05-py3 until the 25.01 upgrade\n"
+        "  BASE=nvcr.io/nvidia/pytorch:24.05-py3\nFROM $BASE\n",
+        "ARG PY=3.11 \\\n  # BASE=nvcr.io/nvidia/pytorch:24.05-py3 until the 25.01 upgrade\n"
+        f"  BASE={PYTORCH}\nFROM $BASE\n{SDK}\n",
+    ),
+    (
         "a stray backslash as the last line (an empty node to the parser)",
         "FROM nvcr.io/nvidia/pytorch:24.05-py3\nRUN x\n\\\n",
         f"FROM {PYTORCH}\n{SDK}\nRUN x\n\\\n",
