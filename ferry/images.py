@@ -75,9 +75,16 @@ def _match_key(normalised: str) -> str:
 
 
 def find_rule(reference: str, rules: Sequence[BaseImageRule]) -> BaseImageRule | None:
-    """The first rule whose `match` (`*` spans any characters) matches the normalised reference."""
-    key = _match_key(normalise(reference))
-    return next((rule for rule in rules if _pattern(rule.match).fullmatch(key)), None)
+    """The first rule whose `match` (`*` spans any characters) matches the normalised reference.
+
+    A reference pinned by digest alone has no tag: a rule for any tag of its repository (`name:*`) matches it.
+    """
+    normalised = normalise(reference)
+    keys = [_match_key(normalised)]
+    name = normalised.partition("@")[0]
+    if name.rfind(":") <= name.rfind("/"):
+        keys.append(f"{name}:")
+    return next((rule for rule in rules if any(_pattern(rule.match).fullmatch(key) for key in keys)), None)
 
 
 def repository(reference: str) -> str:

@@ -118,6 +118,16 @@ SHAPES = [
         f"\n\n\tFROM   {PYTORCH}   \n{SDK}\n\n\tRUN x  \n",
     ),
     (
+        "pinned by digest alone: a rule for any tag maps it",
+        f"FROM nvcr.io/nvidia/pytorch@{DIGEST} AS train\n",
+        f"FROM {PYTORCH} AS train\n{SDK}\n",
+    ),
+    (
+        "CUDA pinned by digest alone: no tag to tell runtime from devel, not rebased",
+        f"FROM nvcr.io/nvidia/cuda@{DIGEST}\n",
+        None,
+    ),
+    (
         "no final newline",
         "FROM nvcr.io/nvidia/pytorch:24.01-py3",
         f"FROM {PYTORCH}\n{SDK}\n",
