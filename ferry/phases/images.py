@@ -409,7 +409,13 @@ class ImagesPhase(Phase):
             folder.mkdir(parents=True, exist_ok=True)
             if result.rebased:
                 dockerfile, _diff = result.write(folder, "Dockerfile")
-            report = {"path": entry.path, "rebased": result.rebased, "bases": [asdict(b) for b in result.bases]}
+            report = {
+                "path": entry.path,
+                "rebased": result.rebased,
+                "bases": [asdict(b) for b in result.bases],
+                # Read outside a FROM (COPY --from=, RUN --mount=from=) and left as written: for a person to decide.
+                "elsewhere": [{"line": line, "how": how, "image": image} for line, how, image in result.elsewhere],
+            }
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         base = result.final_base
         # A base from an ARG without a default stays as written ("$NAME"): no registry to ask about it.

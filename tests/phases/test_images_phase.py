@@ -394,7 +394,7 @@ def test_the_entrys_target_stage_gets_the_sdk_and_an_unknowable_base_fails_sayin
     regs = registries
     staged = (
         'FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\nCMD ["serve"]\n'
-        "FROM runtime AS test\nRUN pytest\n"
+        "FROM runtime AS test\nCOPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nRUN pytest\n"
     )
     plan = _plan(tmp_path, regs, {"staged:1": staged, "megatron:1": "ARG FROM_IMAGE_NAME\nFROM $FROM_IMAGE_NAME\n"}, [])
     plan.write_text(plan.read_text().replace('image: "staged:1"}', 'image: "staged:1", target: runtime}'))
@@ -407,5 +407,7 @@ def test_the_entrys_target_stage_gets_the_sdk_and_an_unknowable_base_fails_sayin
     rebased = (audit.root / "images" / "rebased" / "staged_1" / "Dockerfile").read_text()
     assert rebased == (
         f'FROM {regs.src}/base/busy-meta:1 AS runtime\nRUN echo meta-compute-sdk > /etc/meta-sdk\nCMD ["serve"]\n'
-        "FROM runtime AS test\nRUN pytest\n"
+        "FROM runtime AS test\nCOPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nRUN pytest\n"
     )
+    report = json.loads((audit.root / "images" / "rebased" / "staged_1" / "report.json").read_text())
+    assert report["elsewhere"] == [{"line": 4, "how": "COPY --from=", "image": "ghcr.io/astral-sh/uv:0.4"}]
