@@ -197,11 +197,14 @@ class Rebased:
 def read_dockerfile(path: Path) -> str:
     """The text of a Dockerfile exactly as stored (a BOM and CRLF kept), or RebaseError naming the file."""
     try:
-        return path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        return data.decode("utf-8")
     except OSError as exc:
         raise RebaseError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise RebaseError(f"{path}: not UTF-8 text (at byte offset {exc.start})") from None
+        # PowerShell's `>` writes UTF-16 with a BOM; BuildKit reads UTF-8 only.
+        utf16 = " (UTF-16: save it as UTF-8)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise RebaseError(f"{path}: not UTF-8 text (at byte offset {exc.start}){utf16}") from None
 
 
 def _lines(text: str) -> list[str]:

@@ -124,3 +124,21 @@ def test_an_out_folder_over_the_inputs_is_refused_before_anything_is_written(tmp
     (tmp_path / "images" / "tools" / "Dockerfile").write_text("FROM {{ base }}\n")
     code, _stdout, stderr = run_cli("images", "rebase", *files, "--out", "out")
     assert code == 2 and not (tmp_path / "out").exists(), stderr
+
+
+def test_unreadable_inputs_are_one_line_each(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "latin1").write_bytes("# café\nFROM ubuntu\n".encode("latin-1"))
+    # What PowerShell's `>` writes.
+    (tmp_path / "utf16").write_bytes("FROM ubuntu\r\n".encode("utf-16"))
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name, error in (
+        ("latin1", "latin1: not UTF-8 text (at byte offset 5)"),
+        ("utf16", "utf16: not UTF-8 text (at byte offset 0) (UTF-16: save it as UTF-8)"),
+        ("folder", "folder: cannot read: Is a directory"),
+        ("missing", "missing: cannot read: No such file or directory"),
+    ):
+        code, _stdout, stderr = run_cli("images", "rebase", name, "--out", "o")
+        assert (code, stderr.strip()) == (2, f"ferry: error: {error}")
+    code, _stdout, stderr = run_cli("images", "rebase", "latin1", "--profile", "nowhere", "--out", "o")
+    assert code == 2 and stderr.strip().startswith("ferry: error: target profile 'nowhere' is not built in")
