@@ -12,7 +12,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -134,6 +134,8 @@ class Base:
     kind: BaseKind
     # The rebased image (kind "rebased").
     to: str | None = None
+    # Whether the build's target (else the last stage) needs this stage, through FROM, COPY --from or a mount.
+    used: bool = True
 
 
 @dataclass
@@ -158,7 +160,8 @@ class Rebased:
 
     @property
     def unmapped(self) -> list[Base]:
-        return [b for b in self.bases if b.kind == "unmapped"]
+        """The unmapped bases of the stages the build uses (a stage it never builds is no base of the image)."""
+        return [b for b in self.bases if b.kind == "unmapped" and b.used]
 
     def diff(self) -> str:
         """The unified diff from the original to the rebased text (as `patch` and `git apply` read it)."""
@@ -182,7 +185,7 @@ class Rebased:
         lines = [
             f"line {b.line}: {b.image} -> {b.to}"
             if b.kind == "rebased"
-            else f"line {b.line}: {b.image}: no rule maps it"
+            else f"line {b.line}: {b.image}: no rule maps it{'' if b.used else ' (a stage this build does not use)'}"
             if b.image
             else f"line {b.line}: {b.written}: cannot be known before the build (an ARG without a default?)"
             for b in self.bases
@@ -296,6 +299,9 @@ def rebase(
     froms: list[tuple[dockerfile.Command, Base, str | None, str]] = []
     arg_edits: dict[str, str] = {}
     elsewhere: list[tuple[int, str, str]] = []
+    # Stage name -> its index; for each stage, the earlier stages it reads.
+    stage_at: dict[str, int] = {}
+    needs: list[set[int]] = []
     targets = [repository(r) for r in [*(rule.to for rule in rules), *target_repositories]]
     for cmd in commands:
         keyword = _keyword(cmd)
@@ -307,7 +313,11 @@ def rebase(
                 arg_at[key] = (cmd, default)
             continue
         if keyword != "FROM":
-            elsewhere += [(cmd.start_line, how, ref) for how, ref in _images_outside_from(cmd, roots)]
+            for how, ref in _reads_from(cmd):
+                if needs and (ref.lower() in stage_at or ref.isdigit()):
+                    needs[-1].add(stage_at.get(ref.lower(), int(ref) if ref.isdigit() else 0))
+                elif "$" not in ref:  # a reference built from ARGs is not known here
+                    elsewhere.append((cmd.start_line, how, ref))
             continue
         if not (len(cmd.value) == 1 and cmd.value[0] or len(cmd.value) == 3 and cmd.value[1].lower() == "as"):
             # As BuildKit's build would say it (a template's `FROM {{ base }}` reads as three words, for example).
@@ -339,14 +349,22 @@ def rebase(
         else:
             kind = "unmapped" if rules else "target"
         froms.append((cmd, Base(cmd.start_line, written, image, kind, to), alias, new))
+        needs.append({stage_at[image.lower()]} if kind == "stage" and image else set())
         if alias:
             roots[alias] = root
+            stage_at[alias] = len(froms) - 1
     if target is not None and target.lower() not in roots:
         raise RebaseError(f"{name}: no stage is named {target!r} (the build's target)")
     # The stage the build ends with (the target's, else the last) gets the SDK steps.
     last = max((i for i, f in enumerate(froms) if target is None or f[2] == target.lower()), default=None)
     final_base = roots[target.lower()] if target is not None else root if froms else None
-    result = Rebased(name, text, text, [f[1] for f in froms], final_base, elsewhere=elsewhere)
+    used, todo = set(), [] if last is None else [last]
+    while todo:
+        if (i := todo.pop()) not in used and i < len(froms):
+            used.add(i)
+            todo += needs[i]
+    bases = [replace(f[1], used=i in used) for i, f in enumerate(froms)]
+    result = Rebased(name, text, text, bases, final_base, elsewhere=elsewhere)
     if not result.rebased or last is None:
         return result
     for var_name, to in arg_edits.items():
@@ -377,8 +395,8 @@ def rebase(
     return result
 
 
-def _images_outside_from(cmd: dockerfile.Command, stages: dict[str, str | None]) -> list[tuple[str, str]]:
-    """The images cmd reads from that are not earlier stages: (how, image) for `--from=` and `--mount=...,from=`."""
+def _reads_from(cmd: dockerfile.Command) -> list[tuple[str, str]]:
+    """What cmd reads from (a stage by name or index, or an image): (how, reference) of `--from=`, `--mount=from=`."""
     found = []
     for flag in cmd.flags:
         name, _, value = flag.partition("=")
@@ -388,8 +406,7 @@ def _images_outside_from(cmd: dockerfile.Command, stages: dict[str, str | None])
             fields = dict(item.partition("=")[::2] for item in value.split(","))
             if fields.get("from"):
                 found.append(("RUN --mount=from=", fields["from"]))
-    # A stage by name or by index is not an image; a reference built from ARGs is not known here.
-    return [(how, ref) for how, ref in found if ref.lower() not in stages and not ref.isdigit() and "$" not in ref]
+    return found
 
 
 def _verify(

@@ -333,6 +333,26 @@ def test_the_build_target_stage_gets_the_sdk() -> None:
         rebase(TARGETED, META.base_images, META.sdk_steps, target="prod")
 
 
+def test_an_unmapped_base_of_a_stage_the_build_does_not_use_is_no_base_of_the_image() -> None:
+    # vLLM's and TGI's shape: a docs or test stage beside the one shipped, which --target picks.
+    text = (
+        "FROM nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04 AS build\nRUN make\n"
+        "FROM python:3.11-slim AS docs\nRUN mkdocs build\nFROM golang:1.22 AS tools\n"
+        "FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\nCOPY --from=build /o /o\n"
+        "RUN --mount=type=bind,from=tools,target=/t true\nFROM runtime AS test\nRUN pytest\n"
+    )
+    result = rebase(text, META.base_images, META.sdk_steps, target="runtime")
+    assert [(b.line, b.used) for b in result.bases] == [(1, True), (3, False), (5, True), (6, True), (9, False)]
+    assert [b.image for b in result.unmapped] == ["golang:1.22"]
+    assert "line 3: python:3.11-slim: no rule maps it (a stage this build does not use)" in result.report()
+    assert "line 5: golang:1.22: no rule maps it" in result.report()
+    # Without a target the last stage is built: it needs runtime (its FROM), which needs build and tools.
+    assert [b.used for b in rebase(text, META.base_images).bases] == [True, False, True, True, True]
+    # A stage read by its index.
+    by_index = rebase(text + "FROM busybox\nCOPY --from=2 /t /t\n", META.base_images).bases
+    assert [b.used for b in by_index] == [False, False, True, False, False, True]
+
+
 # One Dockerfile for two architectures: the stage is picked by BuildKit's automatic TARGETARCH.
 PER_ARCH = (
     "ARG TARGETARCH\nFROM nvcr.io/nvidia/pytorch:24.05-py3 AS base-amd64\nFROM arm64v8/ubuntu:22.04 AS base-arm64\n"
