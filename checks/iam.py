@@ -4,6 +4,7 @@ Kubernetes objects."""
 
 from __future__ import annotations
 
+from checks.kube_schema import SchemaNotFoundError, VersionNotSupportedError, schema_errors, schema_version
 from ferry.iam.model import RBAC_GROUP, Level, Mapping
 from ferry.results import CheckResult, Status
 
@@ -115,29 +116,23 @@ def check_rbac_schema(docs: list[dict], kubernetes_version: str | None, name: st
 
     name: the check's name (the go-live phase validates its probe Jobs with it too).
     """
-    import kubernetes_validate
-    from kubernetes_validate.utils import VersionNotSupportedError
-
-    version = kubernetes_version or kubernetes_validate.latest_version()
-    measured = {"objects": len(docs), "kubernetes": version}
     try:
-        kubernetes_validate.validate(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "probe"}}, version, strict=True
-        )
+        version = schema_version(kubernetes_version)
     except VersionNotSupportedError:
         return CheckResult(
             name,
             Status.FAIL,
-            measured,
-            evidence=[f"kubernetes-validate has no schemas for Kubernetes {version}: set target.kubernetes_version"],
+            {"objects": len(docs), "kubernetes": kubernetes_version},
+            evidence=[
+                f"kubernetes-validate has no schemas for Kubernetes {kubernetes_version}: set target.kubernetes_version"
+            ],
         )
     problems = []
     for doc in docs:
         where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
         try:
-            kubernetes_validate.validate(doc, version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            problems.append(f"{where}: {exc.message}")
-        except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
-            problems.append(f"{where}: no schema for it in Kubernetes {version}: {exc}")
+            problems += [f"{where}: {error}" for error in schema_errors(doc, version)]
+        except SchemaNotFoundError:
+            problems.append(f"{where}: no schema for it in Kubernetes {version}")
+    measured = {"objects": len(docs), "kubernetes": version}
     return CheckResult(name, Status.FAIL if problems else Status.PASS, measured, {"invalid": 0}, problems)

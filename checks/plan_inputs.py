@@ -27,8 +27,10 @@ def plan_problems(loaded: LoadedPlan, files: dict[tuple, Path], offline: bool) -
     if offline:
         return problems
     for loc, path in files.items():
-        if not (path.is_file() and os.access(path, os.R_OK)):
-            problems.append(loaded.problem(loc, f"{path}: no such readable file"))
+        # A folder is an input too (the manifests phase reads every YAML file in one).
+        readable = path.is_file() or path.is_dir()
+        if not (readable and os.access(path, os.R_OK)):
+            problems.append(loaded.problem(loc, f"{path}: no such readable file or folder"))
     for loc, name in loaded.credential_vars().items():
         if name not in os.environ:
             problems.append(loaded.problem(loc, f"{name} is not set in this environment (--offline skips this)"))

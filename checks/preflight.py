@@ -21,6 +21,7 @@ import yaml
 
 from connectors.base import Connector
 from ferry.errors import FerryError
+from ferry.golive.kube import kubeconfig_path
 from ferry.results import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -118,12 +119,7 @@ def check_cluster(role: str, cluster: Cluster, loaded: LoadedPlan) -> list[Check
     proves the plan points at a context that exists.
     """
     name = f"preflight.{role}_cluster"
-    if cluster.kubeconfig:
-        path = loaded.resolve(cluster.kubeconfig)
-    elif os.environ.get("KUBECONFIG"):
-        path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
-    else:
-        path = Path.home() / ".kube" / "config"
+    path = kubeconfig_path(cluster.kubeconfig, loaded.path.parent.resolve())
     measured = {"kubeconfig": str(path), "context": cluster.context}
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

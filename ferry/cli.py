@@ -465,6 +465,9 @@ def rollback(
     phase: Annotated[str, typer.Option(help="The phase to undo")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would undo; change nothing")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Undo without asking (needed when not on a terminal)")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Undo even what someone changed since the run (a phase that checks stops)")
+    ] = False,
 ) -> None:
     """Undo the last committed run of one phase, after saying what that deletes or restores."""
     from ferry.runlog import RunLog
@@ -492,7 +495,7 @@ def rollback(
             if not typer.confirm(f"roll back {phase} of run {run_id}?", default=False):
                 out.print("nothing was changed", markup=False, highlight=False)
                 raise typer.Exit(1)
-        done = undoer.rollback(audit_root)
+        done = undoer.rollback(audit_root, force=force)
         runlog.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
     finally:
         runlog.close()
@@ -512,6 +515,51 @@ def _show_undo(phase: str, run_id: str, audit_root: Path, preview) -> None:
             markup=False,
             highlight=False,
         )
+
+
+manifests_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests rewritten for the target.")
+app.add_typer(manifests_app, name="manifests")
+
+
+@manifests_app.command("render")
+def manifests_render(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Where rendered files go (default: <state>/manifests/rendered)")
+    ] = None,
+) -> None:
+    """Render and validate the plan's manifests without a cluster; print what could not be carried over."""
+    import datetime
+
+    from ferry.audit import AuditFolder
+
+    loaded = load_plan(plan)
+    if "manifests" not in loaded.plan.enabled_phases():
+        raise UsageError(f"{plan}: phases.manifests: the plan has no manifests phase to render")
+    phase = open_phase(loaded, "manifests")
+    rendering = phase.render()
+    target = out_dir or loaded.state_dir / "manifests" / "rendered"
+    written = rendering.write(target)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    audit = AuditFolder(loaded.state_dir / "runs" / f"render-{stamp}")
+    phase.write_render(rendering, audit)
+    results = phase.validate(rendering)
+    audit.write_gate(phase.name, results)
+    for finding in rendering.findings:
+        out.print(f"WARN {finding}", markup=False, highlight=False)
+    for result in results:
+        out.print(f"{result.name}: {result.status.value}", markup=False, highlight=False)
+        if result.name != "manifests.warnings":
+            for line in result.evidence:
+                out.print(f"  {line}", markup=False, highlight=False)
+    out.print(
+        f"rendered {len(rendering.documents)} object(s) into {len(written)} file(s) under {target}; "
+        f"bundle and diff in {audit.root / phase.name}",
+        markup=False,
+        highlight=False,
+    )
+    if any(result.status == Status.FAIL for result in results):
+        raise typer.Exit(1)
 
 
 @app.command()

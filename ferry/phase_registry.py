@@ -20,10 +20,11 @@ _BUILTIN = (
     ("iam", "ferry.phases.iam:IamPhase"),
     ("data_sync", "ferry.phases.data_sync:DataSyncPhase"),
     ("images", "ferry.phases.images:ImagesPhase"),
+    ("manifests", "ferry.phases.manifests:ManifestsPhase"),
     ("golive", "ferry.phases.golive:GolivePhase"),
 )
 # Phases of the design that this version cannot run yet: a plan naming one gets a clear error.
-PLANNED = ("manifests",)
+PLANNED: tuple[str, ...] = ()
 
 # Phases added in-process by register(): (name, "module:Class", the phase it follows or None).
 _registered: list[tuple[str, str, str | None]] = []

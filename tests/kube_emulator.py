@@ -9,10 +9,12 @@ resourceVersion on PUT is a 409, as is creating what exists; a Job's pod templat
 
 What an emulator cannot show: nothing runs. There are no controllers (no pods behind a Deployment, no
 readiness, no garbage collection by owner), no admission or schema validation, no authentication or RBAC, no
-watches; a namespace is deleted at once with its objects (a real one goes through Terminating); server-side
+watches; a DELETE answers a Status (a real server often answers the object; the dynamic client takes either);
+a namespace is deleted at once with its objects (a real one goes through Terminating); server-side
 apply removes the fields its manager applied before and no longer applies, but treats lists as atomic and
 reports no conflicts with other managers. Tests simulate what controllers do by setting `.status`:
-`set_status()` for one object, `on_write(kind, fn)` for a status computed after every write of a kind.
+`set_status()` for one object, `on_write(kind, fn)` for a status computed after every write of a kind; and
+what an admission webhook would refuse with `deny(kind, message)`.
 """
 
 from __future__ import annotations
@@ -203,6 +205,7 @@ class KubeEmulator:
         # (group, plural, namespace, name, manager) -> what that manager last applied (for pruning)
         self._applied: dict[tuple[str, str, str, str, str], dict] = {}
         self._reactors: dict[str, Callable[[dict], dict | None]] = {}
+        self._denied: dict[str, str] = {}
         self._rv = itertools.count(1)
         self._lock = threading.RLock()
         self.requests: list[tuple[str, str]] = []
@@ -268,6 +271,16 @@ class KubeEmulator:
     def on_write(self, kind: str, status: Callable[[dict], dict | None]) -> None:
         """After every write of an object of kind (not of its status), set its status to status(object)."""
         self._reactors[kind] = status
+
+    def deny(self, kind: str, message: str) -> None:
+        """Refuse every write of kind (403), as an admission webhook (a policy engine) would."""
+        self._denied[kind] = message
+
+    def _admit(self, kind: str) -> None:
+        if kind in self._denied:
+            raise ApiError(
+                403, "Forbidden", f'admission webhook "policy.emulator" denied the request: {self._denied[kind]}'
+            )
 
     def resource_of(self, api_version: str, kind: str) -> ApiResource:
         group = api_version.rpartition("/")[0]
@@ -355,6 +368,8 @@ class KubeEmulator:
         if not name:
             raise ApiError(422, "Invalid", f"{resource.kind}: metadata.name: Required value")
         self._check_namespace(resource, namespace)
+        if react:
+            self._admit(resource.kind)
         key = self._key(resource, namespace, name)
         if key in self._objects:
             raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
@@ -382,6 +397,8 @@ class KubeEmulator:
 
     def _update(self, resource: ApiResource, key: tuple, new: dict, status_only: bool) -> dict:
         previous = self._objects[key]
+        if not status_only:
+            self._admit(resource.kind)
         if status_only:
             merged = copy.deepcopy(previous)
             merged["status"] = new.get("status", {})

@@ -245,7 +245,14 @@ def test_tests_set_status_as_a_controller_would(emulator: KubeEmulator) -> None:
     after = apps.read_namespaced_deployment("ready", "default")
     assert after.status.ready_replicas is None and after.status.unavailable_replicas == 1
     assert int(after.metadata.resource_version) > int(before)
-    # A write of the spec keeps the status it had unless a reactor computes it.
+    # An admission webhook's refusal: creating and updating the kind are 403s.
+    emulator.deny("Deployment", "no GPUs for you")
+    with pytest.raises(ApiException) as denied:
+        apps.create_namespaced_deployment("default", _deployment("refused"))
+    assert denied.value.status == 403 and "no GPUs for you" in json.loads(denied.value.body)["message"]
+    with pytest.raises(ApiException):
+        apps.patch_namespaced_deployment("ready", "default", {"spec": {"replicas": 2}})
+    # A write of the status passes (controllers are not admitted by the webhook here), and keeps the rest.
     apps.patch_namespaced_deployment_status("ready", "default", {"status": {"readyReplicas": 1}})
     assert apps.read_namespaced_deployment("ready", "default").status.ready_replicas == 1
 

@@ -147,10 +147,10 @@ MALFORMED = [
     ),
     ("unknown connector type", swap("type: s3", "type: ftp"), ":9:", "profiles.meta.type"),
     (
-        "unavailable phase",
+        "phase without a required setting",
         swap("phases:\n", "phases:\n  manifests: {}\n"),
         ":13:",
-        "phase 'manifests' is not available",
+        "phases.manifests.sources: Field required",
     ),
     (
         "iam phase without IAM sources",

@@ -1,5 +1,5 @@
-"""The README runs as written: each plan snippet in it, merged into the demo plan, is a valid plan, and the iam
-example passes its own gate on the shipped example exports."""
+"""The README runs as written: each plan snippet in it, merged into the demo plan, is a valid plan, the iam
+example passes its own gate on the shipped example exports, and the manifests example renders valid objects."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def merged(base: dict[str, Any], snippet: dict[str, Any]) -> dict[str, Any]:
 def demo_plan(folder: Path) -> dict[str, Any]:
     """The demo plan, its paths made absolute, beside a copy of the example exports (the README's paths)."""
     shutil.copytree(ROOT / "examples" / "iam", folder / "iam")
+    shutil.copytree(ROOT / "examples" / "manifests", folder / "manifests")
     plan = yaml.safe_load(DEMO.read_text())
     plan["source"]["storage"] = str(folder / "data")
     plan["state_dir"] = str(folder / ".ferry")
@@ -58,3 +59,9 @@ def test_each_readme_snippet_is_part_of_a_valid_plan(snippet, tmp_path, monkeypa
         phase.run("run", audit, Reporter())
         results = phase.gate(audit)
         assert gate_status(results, loaded.plan.strict) != Status.FAIL, [r.to_dict() for r in results]
+    if "manifests" in snippet.get("phases", {}):
+        # The example manifests render, and every object is valid for the plan's Kubernetes version.
+        phase = open_phase(loaded, "manifests")
+        schema, _, warnings = phase.validate(phase.render())
+        assert schema.status == Status.WARN and schema.measured["errors"] == 0, schema.evidence
+        assert warnings.status == Status.WARN

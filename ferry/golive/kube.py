@@ -12,10 +12,12 @@ from ferry.errors import NotFoundError, PermanentError, TransientError, UsageErr
 
 
 def kubeconfig_path(named: str | None, plan_dir: Path) -> Path:
-    """The kubeconfig the plan names (relative to the plan), else $KUBECONFIG, else ~/.kube/config."""
+    """The kubeconfig the plan names (relative to the plan), else $KUBECONFIG's first file, else ~/.kube/config."""
     if named:
         return Path(named) if Path(named).is_absolute() else plan_dir / named
-    return Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+    return Path.home() / ".kube" / "config"
 
 
 def api_client(kubeconfig: Path, context: str) -> Any:
@@ -33,15 +35,23 @@ def api_client(kubeconfig: Path, context: str) -> Any:
 
 @contextlib.contextmanager
 def translated(what: str) -> Iterator[None]:
-    """The client's errors as ferry's: 404 NotFoundError, other answers PermanentError, no answer TransientError."""
+    """The client's errors as ferry's: 404 NotFoundError, throttling and 5xx TransientError, other answers
+    PermanentError (with the API's own message: an admission webhook's reason), no answer TransientError."""
+    import json
+
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
         yield
-    except ApiException as exc:
-        error = NotFoundError if exc.status == 404 else PermanentError
-        raise error(f"{what}: the API answered {exc.status} {exc.reason}", code=str(exc.status)) from None
+    except ApiException as exc:  # the dynamic client's DynamicApiError too
+        status = exc.status or 0
+        error = NotFoundError if status == 404 else TransientError if status == 429 or status >= 500 else PermanentError
+        try:
+            said = f": {json.loads(exc.body)['message']}"
+        except (TypeError, ValueError, KeyError):
+            said = ""
+        raise error(f"{what}: the API answered {status} {exc.reason}{said}", code=str(status)) from None
     except HTTPError as exc:
         raise TransientError(f"{what}: the cluster did not answer ({type(exc).__name__})") from None
 

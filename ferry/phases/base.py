@@ -113,7 +113,7 @@ class Phase(abc.ABC):
         return None
 
     def files(self) -> dict[tuple, Path]:
-        """The files the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
+        """The files and folders the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
         return {}
 
     def inputs(self) -> dict[str, Any]:
@@ -161,12 +161,15 @@ class Phase(abc.ABC):
         """Measure whether what the run did holds (after every step)."""
 
     @abc.abstractmethod
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         """Undo what the run whose audit folder is audit_root did (all steps, or those named); say what was done.
 
         Used during a run when a step or the gate fails, and later by `ferry rollback` for a
         committed run. Undoing what was already undone does nothing: it must be safe to call twice.
-        With dry_run, change nothing and say what it would do.
+        With dry_run, change nothing and say what it would do. A phase that finds what the run left changed
+        since (by someone else) stops and says so, unless force (`ferry rollback --force`).
         """
 
 

@@ -240,7 +240,9 @@ class DataSyncPhase(Phase):
             results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
         return results
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         """Delete every object the run's shards created (each journal once)."""
         folder = audit_root / self.name
         # Every shard the run journalled, whatever the plan's shards are now.

@@ -456,7 +456,9 @@ class GolivePhase(Phase):
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         return self.checks(audit)
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
         folder = audit_root / self.name
         items, done = [], []

@@ -237,7 +237,9 @@ class IamPhase(Phase):
             check_rbac_schema(docs, self.loaded.plan.target.kubernetes_version),
         ]
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         """The run's publication is replaced by what it replaced (or removed, if it replaced nothing)."""
         folder = audit_root / self.name
         done_file = folder / "rollback.json"

@@ -667,7 +667,9 @@ class ImagesPhase(Phase):
         ]
 
     # -- rollback ---------------------------------------------------------------------------------
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         """Delete the tags the run pushed, put the tags it moved back, and restore the digest map it replaced.
 
         The registry deletes by digest, so a digest is deleted only when no tag but the run's own holds it.

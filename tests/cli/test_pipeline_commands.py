@@ -125,7 +125,7 @@ def test_bad_plan_runs_nothing(prefect_api, tmp_path) -> None:
     plan = tmp_path / "migration.yaml"
     plan.write_text("name: x\nsource: {storage: ./s}\ntarget: {storage: ./d}\nphases: {manifests: {}}\n")
     code, _, err = run_ferry("run", str(plan), api=prefect_api)
-    assert code == 2 and "phase 'manifests' is not available" in err
+    assert code == 2 and "phases.manifests.sources: Field required" in err
     assert not (tmp_path / ".ferry").exists()
 
 

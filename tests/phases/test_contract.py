@@ -65,7 +65,9 @@ class StampPhase(Phase):
         status = Status.PASS if found <= self.gate_settings.max_files else Status.FAIL
         return [CheckResult("stamp.files", status, {"files": found}, {"max_files": self.gate_settings.max_files})]
 
-    def rollback(self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False) -> Undo:
+    def rollback(
+        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+    ) -> Undo:
         records = [
             record
             for record in sorted((audit_root / self.name).glob("created-*.json"))

@@ -1,0 +1,138 @@
+"""The manifests gate's checks: strict schemas with every error listed, the profile's policy, warnings counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checks.kube_schema import SchemaNotFoundError, schema_errors
+from checks.manifests import check_manifests_policy, check_manifests_schema, check_manifests_warnings
+from ferry.manifests import Rendering, load_sources, transform
+from ferry.results import Status
+from tests.test_manifests import EXAMPLES, META, _rules
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: trainer
+spec:
+  replicas: "two"
+  selector:
+    matchLabels: {app: trainer}
+  template:
+    metadata:
+      labels: {app: trainer}
+    spec:
+      contaners:
+      - name: main
+        image: registry.meta.example/ai-training/trainer:1
+      initContainers:
+      - image: registry.meta.example/ai-training/init:1
+"""
+
+
+def _render(tmp_path: Path, text: str) -> Rendering:
+    (tmp_path / "in.yaml").write_text(text, encoding="utf-8")
+    return transform(load_sources([tmp_path / "in.yaml"], tmp_path), _rules())
+
+
+def test_every_schema_error_is_listed_not_only_the_first() -> None:
+    import yaml
+
+    errors = schema_errors(yaml.safe_load(DEPLOYMENT), "1.30")
+    assert errors == [
+        "spec.replicas: 'two' is not of type 'integer', 'null'",
+        "spec.template.spec: 'containers' is a required property",
+        "spec.template.spec: Additional properties are not allowed ('contaners' was unexpected)",
+        "spec.template.spec.initContainers.0: 'name' is a required property",
+    ]
+    assert schema_errors({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, "1.30") == []
+    with pytest.raises(SchemaNotFoundError):
+        schema_errors({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}, "1.30")
+
+
+def test_schema_check_fails_with_each_error_and_warns_for_custom_resources(tmp_path: Path) -> None:
+    result = check_manifests_schema(_render(tmp_path, DEPLOYMENT), "1.30", _rules())
+    assert result.status == Status.FAIL and result.measured["errors"] == 4
+    assert result.evidence[0] == "in.yaml#0 Deployment/trainer: spec.replicas: 'two' is not of type 'integer', 'null'"
+
+    job = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: llm}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers:
+          - name: w
+            image: registry.meta.example/ai-training/t:1
+            resourcs: {}
+"""
+    result = check_manifests_schema(_render(tmp_path, job), "1.30", _rules())
+    assert result.status == Status.FAIL
+    assert result.evidence == [
+        "in.yaml#0 PyTorchJob/llm: spec.pytorchReplicaSpecs.Worker.template.spec.containers.0: Additional "
+        "properties are not allowed ('resourcs' was unexpected)",
+        "in.yaml#0 PyTorchJob/llm: no schema for kubeflow.org/v1 PyTorchJob in Kubernetes 1.30.0: its 1 pod "
+        "template(s) validated as PodTemplateSpec",
+    ]
+    unknown = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: m}\n"
+    result = check_manifests_schema(_render(tmp_path, unknown), "1.30", _rules())
+    assert result.status == Status.WARN and "not validated" in result.evidence[0]
+    assert check_manifests_schema(_render(tmp_path, unknown), "1.99", _rules()).status == Status.FAIL
+
+
+def test_the_examples_are_valid_kubernetes_1_30() -> None:
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
+    result = check_manifests_schema(rendering, "1.30", _rules())
+    # Only the custom resources lack a schema; JobSet's and PyTorchJob's pod templates are validated.
+    assert result.status == Status.WARN, result.evidence
+    assert result.measured["errors"] == 0 and result.measured["without_schema"] == 3
+
+
+def test_policy_of_the_profile(tmp_path: Path) -> None:
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
+    result = check_manifests_policy(rendering, _rules())
+    # The examples keep one :latest image (the preprocess Job) and unpinned moved images (not in the digest map).
+    assert result.status == Status.FAIL
+    assert any(e.endswith(f"{META}preprocess:latest is :latest (name a tag or a digest)") for e in result.evidence)
+    assert not any("still on the source registry" in e or "without annotation" in e for e in result.evidence)
+    assert result.measured["gpu_workloads"] == 9
+
+    broken = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+  - name: a
+    image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1
+    resources: {limits: {nvidia.com/gpu: 1}}
+  - name: b
+    image: python
+"""
+    rendering = _render(tmp_path, broken)
+    rendering.documents[0].data["spec"]["containers"][0]["image"] = (
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1"
+    )
+    del rendering.documents[0].data["metadata"]["annotations"]["compute.meta.com/interconnect"]
+    evidence = check_manifests_policy(rendering, _rules()).evidence
+    assert evidence == [
+        "in.yaml#0 Pod/p: metadata: GPU workload without annotation compute.meta.com/interconnect: roce-v2",
+        "in.yaml#0 Pod/p: spec.containers[0].image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1 is still "
+        "on the source registry",
+        "in.yaml#0 Pod/p: spec.containers[1].image: python is :latest (name a tag or a digest)",
+    ]
+
+
+def test_warnings_are_counted_against_the_limit() -> None:
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
+    count = len(rendering.findings)
+    assert check_manifests_warnings(rendering, None).status == Status.WARN
+    assert check_manifests_warnings(rendering, count).status == Status.WARN
+    assert check_manifests_warnings(rendering, count - 1).status == Status.FAIL
+    assert check_manifests_warnings(Rendering([]), 0).status == Status.PASS

@@ -1,0 +1,401 @@
+"""Manifest transforms over real-world manifests (examples/manifests): every path that changes, and nothing else.
+
+Each case names a document of a source file and every path whose value the transforms must change; every
+other path of the document must keep its value and type, and every comment its bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ferry.digest_map import ImageRecord
+from ferry.errors import UsageError
+from ferry.manifests import Rules, guess_indent, load_sources, plain, readiness, references, rewrite_image, transform
+from ferry.plan import load_target_profile
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "manifests"
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/"
+META = "registry.meta.example/ai-training/"
+PINNED = "sha256:" + "c" * 64
+NS = "ai-training-v4"
+
+
+def _rules() -> Rules:
+    profile = load_target_profile("meta-compute", EXAMPLES)
+    return Rules(
+        plan="llm-train",
+        images={ECR: META},
+        digests={
+            f"{ECR}trainer:2024.06": ImageRecord(f"{ECR}trainer:2024.06", f"{META}trainer:2024.06", PINNED, "copied")
+        },
+        pod_annotations=profile.pod_annotations,
+        gpu_resource=profile.gpu_resource,
+        rdma_resource=profile.rdma_resource,
+        storage_classes={**profile.storage_classes, "gp3": "meta-flash"},
+        namespaces={"ml-train": NS},
+        template_paths={"jobset.x-k8s.io/JobSet": ("spec.replicatedJobs[].template.spec.template",)},
+    )
+
+
+def flat(node: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf of a document by path (`a.b[0]["key.with/dots"]`), with its value."""
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            step = f'["{key}"]' if re.search(r"[./]", key) else (f".{key}" if path else key)
+            out.update(flat(value, path + step))
+        return out
+    if isinstance(node, list) and node:
+        return {k: v for i, item in enumerate(node) for k, v in flat(item, f"{path}[{i}]").items()}
+    return {path: node}
+
+
+RDMA = '["compute.meta.com/rdma-fabric"]'
+ROCE = '["compute.meta.com/interconnect"]'
+
+
+def gpu(template: str) -> dict[str, str]:
+    """The profile's annotations on the pod template at template."""
+    prefix = f"{template}.metadata.annotations" if template else "metadata.annotations"
+    return {f"{prefix}{RDMA}": "high-throughput", f"{prefix}{ROCE}": "roce-v2"}
+
+
+LABELS = {'metadata.labels["ferry.io/plan"]': "llm-train", 'metadata.labels["app.kubernetes.io/managed-by"]': "ferry"}
+IN_NS = {"metadata.namespace": NS}
+C0 = "spec.template.spec.containers[0].image"
+
+# (file, document index): every path that changes, with its new value (labels added to every object).
+CASES: dict[tuple[str, int], dict[str, Any]] = {
+    ("k8s/namespace.yaml", 0): {"metadata.name": NS},
+    ("k8s/training/deployment-sidecar.yaml", 0): {
+        **IN_NS,
+        C0: f"{META}trainer@{PINNED}",
+        **gpu("spec.template"),
+    },
+    ("k8s/training/statefulset.yaml", 0): {
+        **IN_NS,
+        C0: f"{META}store@sha256:{'a' * 64}",
+        "spec.volumeClaimTemplates[0].spec.storageClassName": "meta-flash",
+    },
+    ("k8s/training/daemonset.yaml", 0): IN_NS,
+    ("k8s/training/job-init.yaml", 0): {
+        **IN_NS,
+        "spec.template.spec.initContainers[0].image": f"{META}fetcher:1.2",
+        C0: f"{META}preprocess:latest",
+    },
+    ("k8s/training/cronjob.yaml", 0): {
+        **IN_NS,
+        "spec.jobTemplate.spec.template.spec.containers[0].image": f"{META}eval:0.9",
+        **gpu("spec.jobTemplate.spec.template"),
+    },
+    ("k8s/training/pod.yaml", 0): {
+        **IN_NS,
+        "spec.containers[0].image": f"{META}trainer@{PINNED}",
+        "spec.ephemeralContainers[0].image": f"{META}debug:1",
+        **gpu(""),
+    },
+    ("k8s/training/replicaset.yaml", 0): {**IN_NS, C0: f"{META}inference:1.0", **gpu("spec.template")},
+    ("k8s/training/pytorchjob.yaml", 0): {
+        **IN_NS,
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image": f"{META}trainer@{PINNED}",
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image": f"{META}trainer@{PINNED}",
+        **gpu("spec.pytorchReplicaSpecs.Master.template"),
+        **gpu("spec.pytorchReplicaSpecs.Worker.template"),
+    },
+    ("k8s/training/jobset.yaml", 0): {
+        **IN_NS,
+        "spec.replicatedJobs[0].template.spec.template.spec.containers[0].image": f"{META}sweep:3",
+        **gpu("spec.replicatedJobs[0].template.spec.template"),
+    },
+    ("k8s/lookalikes.yaml", 0): IN_NS,
+    ("k8s/pvc.yaml", 0): IN_NS,
+    ("k8s/pvc.yaml", 1): {**IN_NS, "spec.storageClassName": "meta-block-ssd"},
+    ("k8s/rbac.yaml", 0): IN_NS,
+    ("k8s/rbac.yaml", 1): {**IN_NS, "subjects[0].namespace": NS},
+    ("k8s/rbac.yaml", 2): {"subjects[0].namespace": NS},
+    ("k8s/service.yaml", 0): IN_NS,
+    ("k8s/config.yaml", 0): IN_NS,
+    ("k8s/config.yaml", 1): IN_NS,
+    ("k8s/ingress.yaml", 0): IN_NS,
+    ("k8s/hpa.yaml", 0): IN_NS,
+    ("k8s/unknown.yaml", 0): IN_NS,
+    ("k8s/existing-annotations.yaml", 0): {
+        **IN_NS,
+        "spec.template.spec.initContainers[0].image": f"{META}warmup:1",
+        C0: f"{META}finetune:2.1",
+        **gpu("spec.template"),
+    },
+    ("rendered/chart.yaml", 0): {},
+    ("rendered/chart.yaml", 1): {C0: f"{META}inference:1.0", **gpu("spec.template")},
+    ("rendered/chart.yaml", 2): {},
+    ("rendered/kustomize.yml", 0): IN_NS,
+    ("rendered/kustomize.yml", 1): {**IN_NS, C0: f"{META}eval@sha256:{'b' * 64}"},
+}
+
+# What the transforms cannot carry, by file#document: (path, words of the message).
+FINDINGS = {
+    ("k8s/training/daemonset.yaml#0", "spec.template.spec.nodeSelector.node.kubernetes.io/instance-type"),
+    ("k8s/training/cronjob.yaml#0", "was 'tcp'; the target needs 'roce-v2'"),
+    ("k8s/training/replicaset.yaml#0", "resource 'vpc.amazonaws.com/efa' is not mapped"),
+    ("k8s/training/pytorchjob.yaml#0", "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources"),
+    ("k8s/pvc.yaml#0", "storage class 'efs-sc' is not mapped"),
+    ("k8s/rbac.yaml#0", "an IRSA role (AWS workload identity)"),
+    ("k8s/service.yaml#0", "metadata.annotations.service.beta.kubernetes.io/aws-load-balancer-type"),
+    ("k8s/service.yaml#0", "metadata.annotations.service.beta.kubernetes.io/aws-load-balancer-internal"),
+    ("k8s/config.yaml#0", "data.MLFLOW_URL: names the old namespace 'ml-train'"),
+    ("k8s/config.yaml#1", "stringData.DB_URL: names the old namespace 'ml-train'"),
+    ("k8s/ingress.yaml#0", "ingress class 'alb' of the source cloud"),
+    ("k8s/ingress.yaml#0", "metadata.annotations.alb.ingress.kubernetes.io/scheme"),
+    ("k8s/unknown.yaml#0", "monitoring.coreos.com/v1 ServiceMonitor has no template path"),
+    ("k8s/existing-annotations.yaml#0", "by karpenter.k8s.aws/instance-gpu-name"),
+    ("k8s/existing-annotations.yaml#0", "pull secret 'ecr-pull' was made for the source registry"),
+    ("rendered/chart.yaml#0", "was 'Helm'; ferry manages the object now"),
+    ("rendered/chart.yaml#1", "was 'Helm'; ferry manages the object now"),
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> tuple[dict, Any]:
+    before = {(str(f.relative), d.index): plain(d.data) for f in _load() for d in f.documents if d.data is not None}
+    files = _load()
+    rendering = transform(files, _rules())
+    return before, rendering
+
+
+def _load() -> list:
+    return load_sources([EXAMPLES], EXAMPLES)
+
+
+def test_the_table_covers_every_document_of_the_examples(rendered: tuple[dict, Any]) -> None:
+    before, rendering = rendered
+    assert set(before) == set(CASES)
+    assert len(CASES) >= 20
+    kinds = {d.kind for d in rendering.documents}
+    assert {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "PyTorchJob"} <= kinds
+
+
+@pytest.mark.parametrize("case", sorted(CASES), ids=lambda c: f"{c[0]}#{c[1]}")
+def test_each_path_changes_as_the_rules_say_and_no_other(case: tuple[str, int], rendered: tuple[dict, Any]) -> None:
+    before, rendering = rendered
+    doc = next(d for d in rendering.documents if (str(d.file.relative), d.index) == case)
+    old, new = flat(before[case]), flat(doc.plain())
+    changed = {path: value for path, value in new.items() if path not in old or old[path] != value}
+    # A map that gained its first key shows up as a leaf that disappeared: `{}` / absent becomes a subtree.
+    removed = {path for path in old if path not in new and old[path] not in ({}, None)}
+    assert changed == {**LABELS, **CASES[case]}
+    assert removed == set()
+    # Types are kept: a string stays a string, a number a number.
+    assert all(type(new[p]) is type(v) for p, v in old.items() if p in new and p not in changed)
+
+
+def test_findings_name_file_document_and_path(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    lines = [str(f) for f in rendering.findings]
+    for where, words in FINDINGS:
+        assert any(line.startswith(where) and words in line for line in lines), (where, words, lines)
+    # Nothing else is reported: one finding per entry above.
+    assert len(lines) == len(FINDINGS)
+    assert rendering.untransformed == ["k8s/unknown.yaml#0 ServiceMonitor/ml-train/trainer"]
+
+
+def test_comments_keep_their_bytes_and_unchanged_lines_stay(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    for file in rendering.files:
+        source = file.path.read_text(encoding="utf-8").splitlines()
+        output = file.text().splitlines()
+        for line in source:
+            if "#" not in line:
+                continue
+            comment = line[line.index("#") :]
+            assert any(out.endswith(comment) for out in output), (file.relative, line)
+            if line.lstrip().startswith("#"):
+                assert line in output, (file.relative, line)
+        # A line whose value no rule touched is written byte for byte.
+        untouched = [
+            line
+            for line in source
+            if not re.search(
+                r"image:|namespace:|storageClassName:|interconnect|name: ml-train|managed-by: Helm|^---$", line
+            )
+        ]
+        assert [line for line in untouched if line not in output] == [], file.relative
+
+
+def test_secret_values_never_reach_findings_diff_or_bundle(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    reported = "\n".join(map(str, rendering.findings)) + rendering.diff() + rendering.bundle()
+    for value in ("c2VjcmV0LXZhbHVlLW5ldmVyLXByaW50ZWQ=", "hunter2", "postgres://"):
+        assert value not in reported
+    # The rendered file itself carries the Secret untouched: it is what gets applied.
+    config = next(f for f in rendering.files if str(f.relative) == "k8s/config.yaml")
+    assert "WANDB_API_KEY: c2VjcmV0LXZhbHVlLW5ldmVyLXByaW50ZWQ=" in config.text()
+    assert "DB_URL: postgres://user:hunter2@db.ml-train.svc:5432/runs" in config.text()
+
+
+def test_diff_shows_each_changed_resource(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    diff = rendering.diff()
+    assert "+++ k8s/training/pod.yaml#0 Pod/ai-training-v4/debug-gpu (rendered)" in diff
+    assert f"+    image: {META}trainer@{PINNED}" in diff
+    assert '+          image: "registry.meta.example/ai-training/inference:1.0"' in diff  # quoting kept
+
+
+def test_sources_are_files_and_folders_in_order(tmp_path: Path) -> None:
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    (tmp_path / "a" / "deep" / "z.yml").write_text("kind: A\n---\nkind: B\n", encoding="utf-8")
+    (tmp_path / "a" / "b.yaml").write_text("kind: C\n", encoding="utf-8")
+    (tmp_path / "a" / "notes.txt").write_text("not yaml: [", encoding="utf-8")
+    (tmp_path / "one.yaml").write_text("kind: D\n", encoding="utf-8")
+    files = load_sources([tmp_path / "a", tmp_path / "one.yaml"], tmp_path)
+    assert [(str(f.relative), f.name, [d.data["kind"] for d in f.documents]) for f in files] == [
+        ("b.yaml", "a/b.yaml", ["C"]),
+        ("deep/z.yml", "a/deep/z.yml", ["A", "B"]),
+        ("one.yaml", "one.yaml", ["D"]),
+    ]
+    with pytest.raises(UsageError, match=r"missing\.yaml: no such file or folder"):
+        load_sources([tmp_path / "missing.yaml"])
+    (tmp_path / "bad.yaml").write_text("kind: A\nmetadata: {name: [\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"bad\.yaml:3: not valid YAML"):
+        load_sources([tmp_path / "bad.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        (f"{ECR}trainer:1", f"{META}trainer:1"),
+        (f"{ECR}trainer@sha256:{'d' * 64}", f"{META}trainer@sha256:{'d' * 64}"),
+        (f"{ECR}team/nested/img", f"{META}team/nested/img"),
+        ("123456789012.dkr.ecr.us-east-1.amazonaws.com/ml-other/x:1", None),
+        ("999999999999.dkr.ecr.us-east-1.amazonaws.com/ml/trainer:1", None),
+        ("public.ecr.aws/ml/trainer:1", None),
+        ("trainer:1", None),
+    ],
+)
+def test_images_move_by_prefix_up_to_a_path_boundary(image: str, expected: str | None) -> None:
+    assert rewrite_image(image, {ECR: META}) == expected
+    # A registry named without the trailing slash (source.registry) owns the same references.
+    assert rewrite_image(image, {ECR.rstrip("/"): META.rstrip("/")}) == expected
+
+
+def test_a_bare_host_prefix_does_not_swallow_a_port() -> None:
+    assert rewrite_image("registry:5000/x:1", {"registry": "target"}) is None
+    assert rewrite_image("registry/x:1", {"registry": "target"}) == "target/x:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "indent"),
+    [
+        ("a:\n  b:\n  - c: 1\n", (2, 2, 0)),
+        ("a:\n  b:\n    - c: 1\n", (2, 4, 2)),
+        ("a:\n    b:\n        - c\n", (4, 6, 4)),
+    ],
+)
+def test_output_keeps_the_indentation_of_its_input(text: str, indent: tuple[int, int, int], tmp_path: Path) -> None:
+    assert guess_indent(text) == indent
+    (tmp_path / "f.yaml").write_text(text, encoding="utf-8")
+    assert load_sources([tmp_path / "f.yaml"])[0].text() == text
+
+
+def _workload(kind: str, status: dict, generation: int = 1, **spec: Any) -> dict:
+    return {"kind": kind, "metadata": {"generation": generation}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (_workload("Deployment", {}, replicas=2), ("waiting", "generation 1 not observed yet")),
+        (
+            _workload("Deployment", {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 1}, replicas=2),
+            ("waiting", "readyReplicas 1 of 2"),
+        ),
+        (
+            _workload(
+                "Deployment",
+                {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2},
+                replicas=2,
+            ),
+            ("ready", ""),
+        ),
+        (
+            _workload(
+                "Deployment",
+                {
+                    "observedGeneration": 1,
+                    "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}],
+                },
+            ),
+            ("failed", "progress deadline exceeded"),
+        ),
+        (_workload("StatefulSet", {"observedGeneration": 1, "updatedReplicas": 1, "readyReplicas": 1}), ("ready", "")),
+        (_workload("DaemonSet", {"observedGeneration": 1}), ("waiting", "scheduled 0 of ?")),
+        (
+            _workload("DaemonSet", {"observedGeneration": 1, "desiredNumberScheduled": 3, "currentNumberScheduled": 3}),
+            ("ready", ""),
+        ),
+        (_workload("Job", {}), ("waiting", "not started")),
+        (_workload("Job", {"startTime": "2026-01-01T00:00:00Z"}), ("ready", "")),
+        (
+            _workload("Job", {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
+            ("failed", "job failed: BackoffLimitExceeded"),
+        ),
+        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "False"}]}), ("waiting", "not Ready")),
+        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "True"}]}), ("ready", "")),
+        (_workload("ConfigMap", {}), ("ready", "")),
+    ],
+)
+def test_readiness_of_live_objects(obj: dict, expected: tuple[str, str]) -> None:
+    assert readiness(obj) == expected
+
+
+def test_references_to_config_maps_and_secrets(rendered: tuple[dict, Any]) -> None:
+    _, rendering = rendered
+    job = next(d for d in rendering.documents if d.name == "eval-once")
+    assert references(job.plain(), _rules()) == {("ConfigMap", "eval-config-7f9g2h")}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "configMap": {"name": "cm-vol"}},
+                {"name": "b", "secret": {"secretName": "s-vol"}},
+                {
+                    "name": "c",
+                    "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-p"}}]},
+                },
+            ],
+            "containers": [
+                {
+                    "name": "x",
+                    "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "cm-from"}}],
+                }
+            ],
+        },
+    }
+    assert references(pod, _rules()) == {
+        ("Secret", "pull"),
+        ("ConfigMap", "cm-vol"),
+        ("Secret", "s-vol"),
+        ("ConfigMap", "cm-proj"),
+        ("Secret", "s-p"),
+        ("Secret", "s-env"),
+        ("ConfigMap", "cm-from"),
+    }
+
+
+def test_template_paths_add_to_the_built_ins_and_lists_are_reported(tmp_path: Path) -> None:
+    rules = Rules(plan="p", template_paths={"Deployment": ("spec.extra.template",), "x.io/Thing": ("spec.t",)})
+    assert rules.paths_for("apps/v1", "Deployment") == ("spec.template", "spec.extra.template")
+    assert rules.paths_for("x.io/v1", "Thing") == ("spec.t",)
+    assert rules.paths_for("x.io/v1", "Deployment") is None
+    assert rules.paths_for("v1", "ConfigMap") is None
+    (tmp_path / "list.yaml").write_text("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n")
+    rendering = transform(load_sources([tmp_path / "list.yaml"], tmp_path), rules)
+    assert [str(f) for f in rendering.findings] == [
+        "list.yaml#0 List/?: items: a v1 List is not transformed nor applicable: split it into one document per object"
+    ]
