@@ -151,8 +151,9 @@ class Rebased:
     final_base: str | None = None
     # Why the SDK steps were not added to a rebased file (its final stage starts from scratch), else None.
     sdk_skipped: str | None = None
-    # Images named outside a FROM (`COPY --from=`, `RUN --mount=from=`), left as written: (line, how, image).
-    elsewhere: list[tuple[int, str, str]] = field(default_factory=list)
+    # Images named outside a FROM (`COPY --from=`, `RUN --mount=from=`), left as written: (line, how, image, the
+    # `to` of the rule that matches it or None), for a person to decide.
+    elsewhere: list[tuple[int, str, str, str | None]] = field(default_factory=list)
 
     @property
     def rebased(self) -> bool:
@@ -192,7 +193,9 @@ class Rebased:
             if b.kind in ("rebased", "unmapped")
         ]
         lines += [
-            f"line {line}: {how}{image}: an image outside a FROM, left as it is" for line, how, image in self.elsewhere
+            f"line {line}: {how}{image}: an image outside a FROM, left as it is"
+            + (f" (a rule maps it to {to})" if to else "")
+            for line, how, image, to in self.elsewhere
         ]
         return lines + ([f"no SDK step: {self.sdk_skipped}"] if self.sdk_skipped else [])
 
@@ -298,7 +301,7 @@ def rebase(
     # Each FROM, its stage name, and the image it names once rebased (as the parser will read it back).
     froms: list[tuple[dockerfile.Command, Base, str | None, str]] = []
     arg_edits: dict[str, str] = {}
-    elsewhere: list[tuple[int, str, str]] = []
+    elsewhere: list[tuple[int, str, str, str | None]] = []
     # Stage name -> its index; for each stage, the earlier stages it reads.
     stage_at: dict[str, int] = {}
     needs: list[set[int]] = []
@@ -317,7 +320,8 @@ def rebase(
                 if needs and (ref.lower() in stage_at or ref.isdigit()):
                     needs[-1].add(stage_at.get(ref.lower(), int(ref) if ref.isdigit() else 0))
                 elif "$" not in ref:  # a reference built from ARGs is not known here
-                    elsewhere.append((cmd.start_line, how, ref))
+                    rule = find_rule(ref, rules)
+                    elsewhere.append((cmd.start_line, how, ref, rule.to if rule else None))
             continue
         if not (len(cmd.value) == 1 and cmd.value[0] or len(cmd.value) == 3 and cmd.value[1].lower() == "as"):
             # As BuildKit's build would say it (a template's `FROM {{ base }}` reads as three words, for example).

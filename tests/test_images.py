@@ -307,9 +307,11 @@ def test_images_read_outside_a_from_are_reported_and_left() -> None:
     )
     result = rebase(text, META.base_images, META.sdk_steps)
     assert result.report()[2:] == [
-        "line 3: COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04: an image outside a FROM, left as it is",
+        "line 3: COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04: an image outside a FROM, left as it is "
+        f"(a rule maps it to {RUNTIME})",
         "line 4: COPY --from=ghcr.io/astral-sh/uv:0.4: an image outside a FROM, left as it is",
-        "line 7: RUN --mount=from=nvcr.io/nvidia/pytorch:24.05-py3: an image outside a FROM, left as it is",
+        f"line 7: RUN --mount=from=nvcr.io/nvidia/pytorch:24.05-py3: an image outside a FROM, left as it is "
+        f"(a rule maps it to {PYTORCH})",
     ]
     assert "COPY --from=nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 " in result.text
 

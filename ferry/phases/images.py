@@ -414,7 +414,10 @@ class ImagesPhase(Phase):
                 "rebased": result.rebased,
                 "bases": [asdict(b) for b in result.bases],
                 # Read outside a FROM (COPY --from=, RUN --mount=from=) and left as written: for a person to decide.
-                "elsewhere": [{"line": line, "how": how, "image": image} for line, how, image in result.elsewhere],
+                "elsewhere": [
+                    {"line": line, "how": how, "image": image, "rule_to": to}
+                    for line, how, image, to in result.elsewhere
+                ],
             }
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         base = result.final_base

@@ -410,4 +410,6 @@ def test_the_entrys_target_stage_gets_the_sdk_and_an_unknowable_base_fails_sayin
         "FROM runtime AS test\nCOPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nRUN pytest\n"
     )
     report = json.loads((audit.root / "images" / "rebased" / "staged_1" / "report.json").read_text())
-    assert report["elsewhere"] == [{"line": 4, "how": "COPY --from=", "image": "ghcr.io/astral-sh/uv:0.4"}]
+    assert report["elsewhere"] == [
+        {"line": 4, "how": "COPY --from=", "image": "ghcr.io/astral-sh/uv:0.4", "rule_to": None}
+    ]
