@@ -318,7 +318,7 @@ def rebase(
         if keyword != "FROM":
             for how, ref in _reads_from(cmd):
                 if needs and (ref.lower() in stage_at or ref.isdigit()):
-                    needs[-1].add(stage_at.get(ref.lower(), int(ref) if ref.isdigit() else 0))
+                    needs[-1].add(stage_at[ref.lower()] if ref.lower() in stage_at else int(ref))
                 elif "$" not in ref:  # a reference built from ARGs is not known here
                     rule = find_rule(ref, rules)
                     elsewhere.append((cmd.start_line, how, ref, rule.to if rule else None))
@@ -428,7 +428,10 @@ def _verify(
     at = before.index(after_this) + 1
     keywords = [_keyword(c) for c in before]
     expected = keywords[:at] + [step.split(maxsplit=1)[0].upper() for step in steps] + keywords[at:]
-    after = dockerfile.parse_string(result.text)
+    try:
+        after = dockerfile.parse_string(result.text)
+    except dockerfile.GoParseError as exc:  # a profile's step that is not a whole instruction
+        raise RebaseError(f"{result.name}: the rebased file does not parse: {exc} (the profile's sdk_steps?)") from None
     if [_keyword(c) for c in after] != expected or [c.value[0] for c in after if _keyword(c) == "FROM"] != images:
         raise RebaseError(
             f"{result.name}:{after_this.start_line}: the rebased file would not read as the original with its edits "

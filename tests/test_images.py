@@ -383,6 +383,14 @@ def test_the_platform_built_for_resolves_targetarch(platform, final_base, unknow
     )
 
 
+def test_a_profile_step_that_is_no_whole_instruction_is_one_error() -> None:
+    with pytest.raises(RebaseError) as raised:
+        rebase("FROM nvcr.io/nvidia/pytorch:24.05-py3\n", META.base_images, ["RUN <<EOF"])
+    assert str(raised.value) == (
+        "Dockerfile: the rebased file does not parse: unterminated heredoc (the profile's sdk_steps?)"
+    )
+
+
 def test_a_continuation_at_the_end_of_the_file_is_refused_not_swallowing_the_sdk() -> None:
     # As written, BuildKit would read the added step as more words of the FROM.
     with pytest.raises(RebaseError, match="^Dockerfile:2: the rebased file would not read as the original"):
