@@ -397,18 +397,52 @@ def images_rebase(
     profile: Annotated[
         str, typer.Option(help="A built-in target profile, or the path of a YAML profile")
     ] = "meta-compute",
+    build_arg: Annotated[
+        list[str] | None,
+        typer.Option("--build-arg", help="NAME=VALUE, as the build will pass it (for an ARG without a default)"),
+    ] = None,
+    stage: Annotated[
+        str | None, typer.Option("--target", help="The stage the build stops at: it gets the SDK steps")
+    ] = None,
+    platform: Annotated[
+        str | None, typer.Option(help="The platform built for (linux/amd64): its TARGETARCH... in FROM lines")
+    ] = None,
 ) -> None:
     """Rebase Dockerfiles onto the profile's base images (no plan needed); say what changed and what is unmapped."""
     target = load_target_profile(profile, Path.cwd())
+    build_args = {}
+    for item in build_arg or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--build-arg {item}: write NAME=VALUE")
+        build_args[key] = value
     texts = {path: read_dockerfile(path) for path in files}
+    # Every file is rebased before any is written: a bad one leaves --out as it was.
+    results = {
+        path: rebase(
+            text,
+            target.base_images,
+            target.sdk_steps,
+            name=str(path),
+            build_args=build_args,
+            target=stage,
+            platform=platform,
+        )
+        for path, text in texts.items()
+    }
     # Keep the files' relative layout under --out, so two files named Dockerfile do not collide.
     common = Path(os.path.commonpath([p.resolve().parent for p in files]))
-    for path, text in texts.items():
-        result = rebase(text, target.base_images, target.sdk_steps, name=str(path))
+    names = {path: str(path.resolve().relative_to(common)) for path in files}
+    inputs = {path.resolve() for path in files}
+    for path, result in results.items():
+        overwritten = [f for f in (out_dir / names[path], out_dir / f"{names[path]}.diff") if f.resolve() in inputs]
+        if result.rebased and overwritten:
+            raise UsageError(f"--out {out_dir}: would write over {overwritten[0]}, an input: choose another folder")
+    for path, result in results.items():
         if not result.rebased:
             verdict = "not rebased: no FROM matches a rule of " + target.name
         else:
-            written, diff = result.write(out_dir, str(path.resolve().relative_to(common)))
+            written, diff = result.write(out_dir, names[path])
             verdict = f"rebased -> {written} (diff {diff})"
         out.print(f"{path}: {verdict}", markup=False, highlight=False)
         for line in result.report():

@@ -397,8 +397,11 @@ class ImagesPhase(Phase):
             self.rules(),
             self.loaded.target.sdk_steps,
             name=entry.path,
-            target_repositories=[*(r.to for r in self.rules()), str(self.loaded.plan.target.registry)],
+            target_repositories=[str(self.loaded.plan.target.registry)],
             build_args=entry.build_args,
+            target=entry.target,
+            # One platform: its TARGETARCH... resolve FROM lines (`FROM base-${TARGETARCH}`); several: each its own.
+            platform=self.settings.platforms[0] if len(self.settings.platforms) == 1 else None,
         )
         dockerfile = path
         if audit is not None:
@@ -406,10 +409,20 @@ class ImagesPhase(Phase):
             folder.mkdir(parents=True, exist_ok=True)
             if result.rebased:
                 dockerfile, _diff = result.write(folder, "Dockerfile")
-            report = {"path": entry.path, "rebased": result.rebased, "bases": [asdict(b) for b in result.bases]}
+            report = {
+                "path": entry.path,
+                "rebased": result.rebased,
+                "bases": [asdict(b) for b in result.bases],
+                # Read outside a FROM (COPY --from=, RUN --mount=from=) and left as written: for a person to decide.
+                "elsewhere": [
+                    {"line": line, "how": how, "image": image, "rule_to": to}
+                    for line, how, image, to in result.elsewhere
+                ],
+            }
             (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        base = result.stages.get(entry.target.lower()) if entry.target else result.final_base
-        base_name = normalise(base) if base else None
+        base = result.final_base
+        # A base from an ARG without a default stays as written ("$NAME"): no registry to ask about it.
+        base_name = normalise(base) if base and "$" not in base else None
         base_digest = None
         if base_name:
             # A base whose tag moved (a platform's "2026-latest") makes a new build; unreachable: left to the build.
@@ -440,6 +453,11 @@ class ImagesPhase(Phase):
         target, source = prepared["target"], self.source_ref(entry.image)
         for base in result.unmapped:
             journal.add("unmapped", {"image": entry.image, "line": base.line, "base": base.image or base.written})
+        if prepared["base"] and prepared["base_name"] is None:
+            raise PermanentError(
+                f"{entry.image}: its base {prepared['base']} cannot be known before the build "
+                "(an ARG without a default: give it in the entry's build_args)"
+            )
         if prepared["existing"] == prepared["hash"]:
             digest = self._digest(target)
             assert digest is not None

@@ -386,3 +386,30 @@ def test_copy_needs_a_source_registry(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError, match="phases.images.copy needs source.registry"):
         load_plan(plan)
+
+
+def test_the_entrys_target_stage_gets_the_sdk_and_an_unknowable_base_fails_saying_so(
+    registries: Registries, tmp_path: Path
+) -> None:
+    regs = registries
+    staged = (
+        'FROM nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS runtime\nCMD ["serve"]\n'
+        "FROM runtime AS test\nCOPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nRUN pytest\n"
+    )
+    plan = _plan(tmp_path, regs, {"staged:1": staged, "megatron:1": "ARG FROM_IMAGE_NAME\nFROM $FROM_IMAGE_NAME\n"}, [])
+    plan.write_text(plan.read_text().replace('image: "staged:1"}', 'image: "staged:1", target: runtime}'))
+    plan.write_text(plan.read_text() + "    builder: kaniko\n")
+    phase = open_phase(load_plan(plan), "images")
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
+    # Megatron-LM's shape: the base is a build argument; without it nothing can be built, nor asked of a registry.
+    with pytest.raises(PermanentError, match=r"megatron:1: its base \$FROM_IMAGE_NAME cannot be known before the"):
+        phase.run("run", audit, Reporter())
+    rebased = (audit.root / "images" / "rebased" / "staged_1" / "Dockerfile").read_text()
+    assert rebased == (
+        f'FROM {regs.src}/base/busy-meta:1 AS runtime\nRUN echo meta-compute-sdk > /etc/meta-sdk\nCMD ["serve"]\n'
+        "FROM runtime AS test\nCOPY --from=ghcr.io/astral-sh/uv:0.4 /uv /bin/uv\nRUN pytest\n"
+    )
+    report = json.loads((audit.root / "images" / "rebased" / "staged_1" / "report.json").read_text())
+    assert report["elsewhere"] == [
+        {"line": 4, "how": "COPY --from=", "image": "ghcr.io/astral-sh/uv:0.4", "rule_to": None}
+    ]
