@@ -35,7 +35,7 @@ from connectors.transfer import TransferSettings
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import autoscale, checkpoint, gpu_probe, kube, placement, probe, report
+from ferry.golive import autoscale, checkpoint, cuda, gpu_probe, kube, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
@@ -44,7 +44,6 @@ from ferry.plan import DNS_LABEL, Size
 from ferry.results import CheckResult, gate_status
 
 log = structlog.get_logger("ferry.phases.golive")
-_VERSION = r"^\d+(\.\d+){1,3}$"
 
 
 def _params(value: Any) -> float:
@@ -94,10 +93,20 @@ class Autoscaling(Settings):
     poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
+def _driver_version(value: Any) -> Any:
+    """A driver version as nvidia-smi prints it, stripped; YAML's number (570.26 unquoted) is refused, not guessed."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(f'{value!r} was read as a number: quote the driver version ("570.26")')
+    if isinstance(value, str):
+        cuda.parse_driver(value)
+        return value.strip()
+    return value
+
+
 class Nodes(Settings):
     """The target GPU nodes' NVIDIA driver version (e.g. from nvidia-smi or the node's driver label)."""
 
-    driver: str | None = Field(default=None, pattern=_VERSION)
+    driver: Annotated[str | None, BeforeValidator(_driver_version)] = None
 
 
 class WorkloadSettings(Settings):
@@ -107,6 +116,14 @@ class WorkloadSettings(Settings):
     virt_overhead: float = Field(ge=0, le=10)
     hourly_cost_delta: float
     job_hours: float | None = Field(default=None, ge=0)
+
+
+def _version_order(driver: str) -> tuple[int, ...]:
+    """A node label's driver for ordering; one that is not a version sorts first, so that it is judged (and said)."""
+    try:
+        return cuda.parse_driver(driver)
+    except ValueError:
+        return ()
 
 
 class GoliveSettings(Settings):
@@ -249,7 +266,7 @@ class GolivePhase(Phase):
             )
         if not drivers:
             return None, "no driver: no node carries GPU feature discovery's driver labels (nvidia.com/cuda.driver*)"
-        oldest = min(drivers.values(), key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+        oldest = min(drivers.values(), key=_version_order)
         shown = ", ".join(f"{node} {version}" for node, version in sorted(drivers.items()))
         return oldest, f"the oldest driver on the labelled nodes ({shown})"
 

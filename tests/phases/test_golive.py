@@ -210,9 +210,10 @@ def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
     with pytest.raises(UsageError) as raised:
         load_plan(path)
     assert "phases.golive.latency" in str(raised.value) and "server" in str(raised.value)
-    path = plan_file(tmp_path, {"nodes": {"driver": "latest"}})
-    with pytest.raises(UsageError, match="phases.golive.nodes.driver"):
-        load_plan(path)
+    for driver, needle in (("latest", "not a version"), ("r550", "driver branch"), (570.26, "quote the driver")):
+        path = plan_file(tmp_path, {"nodes": {"driver": driver}})
+        with pytest.raises(UsageError, match=f"phases.golive.nodes.driver: .*{needle}"):
+            load_plan(path)
 
 
 def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> None:
@@ -288,7 +289,9 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
         for name, labels in (
             ("gpu-a", {"nvidia.com/cuda.driver-version.full": "550.54.15"}),
             ("gpu-b", gfd),
-            ("cpu-c", {}),
+            # A two-part driver: GPU feature discovery's rev label is empty.
+            ("gpu-c", dict(zip(gfd, ("570", "26", ""), strict=True))),
+            ("cpu-d", {}),
         ):
             emulator.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
         kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
@@ -303,5 +306,6 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
     assert cuda.status == Status.WARN and cuda.measured["driver"] == "535.104.05"
     assert (
         cuda.evidence[0]
-        == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05)"
+        == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05, "
+        "gpu-c 570.26)"
     )
