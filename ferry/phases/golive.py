@@ -46,10 +46,6 @@ from ferry.results import CheckResult, gate_status
 log = structlog.get_logger("ferry.phases.golive")
 
 
-def _params(value: Any) -> float:
-    return placement.parse_params(value) if isinstance(value, str) else value
-
-
 class Latency(Settings):
     """The interconnect probe: to a running `ferry probe serve` (server), and/or as a pair of Jobs (jobs)."""
 
@@ -111,11 +107,12 @@ class Nodes(Settings):
 
 class WorkloadSettings(Settings):
     name: str = Field(min_length=1)
-    params: Annotated[float, BeforeValidator(_params)] = Field(gt=0)
+    params: Annotated[float, BeforeValidator(placement.parse_params)]
     nodes: int = Field(ge=1)
-    virt_overhead: float = Field(ge=0, le=10)
-    hourly_cost_delta: float
-    job_hours: float | None = Field(default=None, ge=0)
+    # A fraction (0.14) or a percentage ("14%"); a bare 14 is refused, not read as 1400%.
+    virt_overhead: Annotated[float, BeforeValidator(placement.parse_overhead)]
+    hourly_cost_delta: float = Field(allow_inf_nan=False)
+    job_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 def _version_order(driver: str) -> tuple[int, ...]:
@@ -133,7 +130,7 @@ class GoliveSettings(Settings):
     nodes: Nodes = Field(default_factory=Nodes)
     workloads: list[WorkloadSettings] = Field(default_factory=list)
     # Rule 3 of the placement advice applies to jobs longer than this.
-    long_job_hours: float = Field(default=placement.LONG_JOB_HOURS, gt=0)
+    long_job_hours: float = Field(default=placement.LONG_JOB_HOURS, gt=0, allow_inf_nan=False)
     # Run the GPU probe (torch) where ferry runs; it SKIPs without torch or a GPU.
     gpu_probe: bool = True
 

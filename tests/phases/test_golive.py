@@ -309,3 +309,32 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
         == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05, "
         "gpu-c 570.26)"
     )
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        ({"virt_overhead": 14}, "virt_overhead: 14 is not a fraction from 0 to 1 (0.14 is 14%)"),
+        ({"params": "405"}, "params: '405' is 405 parameters, under a million"),
+        ({"params": 405}, "params: 405 is 405 parameters"),
+        ({"hourly_cost_delta": float("nan")}, "hourly_cost_delta"),
+        ({"nodes": 0}, "nodes"),
+    ],
+)
+def test_workloads_written_by_others_are_refused_with_the_field(tmp_path, workload: dict, needle: str) -> None:
+    base = {"name": "w", "params": "405B", "nodes": 32, "virt_overhead": "14%", "hourly_cost_delta": 6.5}
+    path = plan_file(tmp_path, {"workloads": [{**base, **workload}]})
+    with pytest.raises(UsageError) as raised:
+        load_plan(path)
+    assert f"phases.golive.workloads.0.{needle}" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_workloads_as_percentages_and_suffixes_advise_like_fractions(tmp_path) -> None:
+    workloads = [
+        {"name": "pct", "params": "70B", "nodes": 1, "virt_overhead": "14%", "hourly_cost_delta": 1},
+        {"name": "frac", "params": 7e10, "nodes": 1, "virt_overhead": 0.14, "hourly_cost_delta": 1},
+        {"name": "edge", "params": "0.175T", "nodes": 8, "virt_overhead": "12%", "hourly_cost_delta": 1},
+    ]
+    phase = open_phase(load_plan(plan_file(tmp_path, {"workloads": workloads, "gpu_probe": False})), "golive")
+    advice = by_name(phase.checks(AuditFolder(tmp_path / "r")))["golive.placement"].measured
+    assert advice == {"pct": "bare-metal", "frac": "bare-metal", "edge": "managed-kubernetes"}
