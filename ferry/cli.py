@@ -198,12 +198,18 @@ def probe_ping(
 
     if protocol not in ("tcp", "udp"):
         raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    import socket
+
     try:
         result = probe.ping(server, protocol, samples, warmup=warmup, size=size)
     except ValueError as exc:
         raise UsageError(f"--server: {exc}") from None
+    except socket.gaierror as exc:
+        # A name that does not resolve is a bad address, as a malformed one is; a server that is not there (refused,
+        # no reply) is a failed measurement: exit 1.
+        raise UsageError(f"--server: cannot resolve {server}: {exc.strerror or exc}") from None
     except OSError as exc:
-        raise FerryError(f"probe to {server} failed: {exc}") from None
+        raise FerryError(f"probe to {server} failed: {exc.strerror or exc}") from None
     if as_json:
         out.print(json.dumps(result), markup=False, highlight=False, soft_wrap=True)
         return

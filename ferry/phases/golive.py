@@ -46,10 +46,18 @@ from ferry.results import CheckResult, gate_status
 log = structlog.get_logger("ferry.phases.golive")
 
 
+def _server(value: Any) -> Any:
+    """host:port or [ipv6]:port, as `ferry probe ping --server` takes it (one parser, one message)."""
+    if isinstance(value, str):
+        probe.parse_server(value)
+        return value.strip()
+    return value
+
+
 class Latency(Settings):
     """The interconnect probe: to a running `ferry probe serve` (server), and/or as a pair of Jobs (jobs)."""
 
-    server: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:\[\]-]+:\d+$")
+    server: Annotated[str | None, BeforeValidator(_server)] = None
     # The client's own address: which interface the round trips leave from (default: the OS chooses).
     client: str | None = None
     samples: int = Field(default=20000, ge=1, le=10_000_000)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from kubernetes import client
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import UsageError
+from ferry.golive import probe
 from ferry.golive.checkpoint import shard_name, synthetic
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
@@ -338,3 +341,35 @@ def test_workloads_as_percentages_and_suffixes_advise_like_fractions(tmp_path) -
     phase = open_phase(load_plan(plan_file(tmp_path, {"workloads": workloads, "gpu_probe": False})), "golive")
     advice = by_name(phase.checks(AuditFolder(tmp_path / "r")))["golive.placement"].measured
     assert advice == {"pct": "bare-metal", "frac": "bare-metal", "edge": "managed-kubernetes"}
+
+
+@pytest.mark.parametrize(
+    ("server", "needle"),
+    [
+        ("10.0.4.12", "is not host:port"),
+        ("10.0.4.12:99999", "is not a port (1 to 65535)"),
+        ("fe80::1:7447", "an IPv6 address needs brackets"),
+        ("http://10.0.4.12:7447", "is a URL"),
+    ],
+)
+def test_latency_servers_written_by_others_are_refused_with_the_field(tmp_path, server: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=f"phases.golive.latency.server: .*{re.escape(needle)}"):
+        load_plan(plan_file(tmp_path, {"latency": {"server": server}}))
+
+
+def test_latency_to_an_ipv6_server(tmp_path) -> None:
+    bound: list[int] = []
+    thread = threading.Thread(
+        target=probe.serve, args=("::1", 0, "tcp"), kwargs={"sessions": 1, "ready": bound.append}, daemon=True
+    )
+    thread.start()
+    while not bound and thread.is_alive():
+        thread.join(0.05)
+    path = plan_file(tmp_path, {"latency": {"server": f"[::1]:{bound[0]}", "samples": 100, "warmup": 5}})
+    phase = open_phase(load_plan(path), "golive")
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    phase.run("latency", audit, Reporter())
+    thread.join(5)
+    p99 = by_name(phase.checks(audit))["golive.interconnect_p99"]
+    assert p99.status in (Status.PASS, Status.FAIL) and p99.measured["samples"] == 100
+    assert f"to [::1]:{bound[0]}" in p99.evidence[0]
