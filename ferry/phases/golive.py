@@ -85,6 +85,12 @@ class Checkpoint(Settings):
     prefix: str = "golive/ckpt/"
     threads: int = Field(default=16, ge=1, le=1024)
 
+    @model_validator(mode="after")
+    def _a_byte_per_shard(self) -> Checkpoint:
+        if self.size < self.shards:
+            raise ValueError(f"size {self.size} bytes cannot fill {self.shards} shards: give at least a byte a shard")
+        return self
+
 
 class Autoscaling(Settings):
     """The Deployment (and its HPA, if any) raised to replicas; the time until they are Ready is measured."""
@@ -425,7 +431,7 @@ class GolivePhase(Phase):
             )
         if latency.get("jobs"):
             docs = [d for d in yaml.safe_load_all(Path(latency["jobs"]).read_text(encoding="utf-8")) if d]
-            results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version))
+            results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version, latency["jobs"]))
             problem = latency.get("jobs_problem")
             results.append(
                 check_latency(
@@ -454,9 +460,16 @@ class GolivePhase(Phase):
         result = checkpoint.Measurement(**measured)
         where = f"{result.bytes:,} bytes in {result.shards} shards to {result.target}"
         cleanup = [f"cleanup: {result.cleanup}"]
+        figures = result.write_shard_gb_per_s
+        spread = (
+            f"{' / '.join(f'{v:.4g}' for v in figures.values())} GB/s ({'/'.join(figures)}; the engine's latencies, "
+            "5% buckets)"
+            if figures
+            else "no per-shard figures"
+        )
         write = [
             f"{where} through the transfer engine in {result.write_s and round(result.write_s, 3)} s",
-            f"per-shard write GB/s (engine latencies, 5% buckets): {result.write_shard_gb_per_s}",
+            f"per-shard write: {spread}",
             *cleanup,
         ]
         read = [

@@ -162,8 +162,84 @@ def test_nothing_measurable_skips_every_check_with_its_reason(tmp_path, strict) 
     assert all(r.status == Status.SKIP and r.evidence and all(r.evidence) for r in checks), [
         (r.name, r.status, r.evidence) for r in checks
     ]
+    # A SKIP still says what it would have been held against (the report's threshold column is never empty).
+    assert all(r.threshold for r in results), [r.name for r in results if not r.threshold]
     assert summary.status == Status.WARN and summary.measured["skipped"] == len(checks)
     assert gate_status(results, strict) == (Status.FAIL if strict else Status.WARN)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_plan_without_a_cluster_skips_every_cluster_check_with_its_reason(tmp_path, strict) -> None:
+    # Written by someone else: some checks only, the cluster ones with no target.cluster to run them on.
+    golive = {
+        "latency": {"jobs": True, "samples": 100},
+        "autoscaling": {"deployment": "llama-serve", "replicas": 8},
+        "workloads": [{"name": "w", "params": "405B", "nodes": 32, "virt_overhead": "14%", "hourly_cost_delta": 6.5}],
+        "gpu_probe": False,
+    }
+    results, reporter, _ = run_all(plan_file(tmp_path, golive, strict=strict), tmp_path / "runs" / "r1")
+    found = by_name(results)
+    for name, reason in (
+        ("golive.cuda_fingerprint", "target.cluster, to read the node labels"),
+        ("golive.interconnect_p99_jobs", "no cluster (target.cluster): the Jobs are rendered in"),
+        ("golive.scale_up", "no cluster: target.cluster is not set"),
+    ):
+        assert found[name].status == Status.SKIP and reason in found[name].evidence[0], found[name]
+    assert "golive.interconnect_p99" not in found, "no server named: nothing to SKIP twice"
+    assert found["golive.probe_jobs_schema"].status == Status.PASS and found["golive.probe_jobs_schema"].evidence
+    assert found["golive.placement"].status == Status.PASS
+    assert not [r.name for r in results if r.status == Status.PASS and not r.evidence]
+    assert gate_status(results, strict) == (Status.FAIL if strict else Status.WARN)
+    # The report (Markdown) has every check with its status, threshold and evidence.
+    text = reporter.published["golive-report"]
+    for r in results:
+        assert f"| {r.name} | **{r.status.value}** |" in text
+        assert all(f"- {line}" in text for line in r.evidence)
+    page = tmp_path / "runs" / "r1" / "golive" / "report.html"
+    if CHROMIUM:
+        from tests.browser import Browser
+
+        browser = Browser(CHROMIUM)
+        try:
+            browser.goto(page.as_uri())
+            assert browser.wait_for_text("Go-live report: golive-check")
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#summary tr')].slice(1)"
+                ".map(r => [...r.cells].map(c => c.innerText.trim()))"
+            )
+            assert [row[0] for row in rows] == [r.name for r in results]
+            for (name, status, _measured, threshold, evidence), r in zip(rows, results, strict=True):
+                assert status == r.status.value and threshold != "-" and evidence, (name, threshold, evidence)
+                assert r.evidence[0] in evidence
+            assert browser.evaluate("document.getElementById('verdict').innerText") == ("FAIL" if strict else "WARN")
+            assert browser.evaluate("document.getElementById('latency-none').innerText").startswith("Not measured")
+        finally:
+            browser.close()
+
+
+def test_checkpoint_figures_keep_their_digits(tmp_path) -> None:
+    from checks.golive import check_throughput
+
+    # A slow store's figure is not rounded to 0.0 beside its threshold.
+    slow = check_throughput("golive.checkpoint_write", 0.0000021712, 2.0, ["evidence"], [])
+    assert slow.status == Status.FAIL and slow.measured == {"checkpoint_write_gb_per_s": 2.171e-06}
+    fast = check_throughput("golive.checkpoint_read", 12.3456789, 4.0, ["evidence"], [])
+    assert fast.measured == {"checkpoint_read_gb_per_s": 12.35}
+
+
+@pytest.mark.parametrize(("size", "shards"), [("512", 1000), (1, 2)])
+def test_a_checkpoint_smaller_than_its_shards_is_a_plan_error(tmp_path, size, shards: int) -> None:
+    # It used to pass `plan validate` and end the run in a traceback from the synthetic checkpoint.
+    with pytest.raises(UsageError, match=f"phases.golive.checkpoint: .*cannot fill {shards} shards"):
+        load_plan(plan_file(tmp_path, {"checkpoint": {"size": size, "shards": shards}}))
+
+
+@pytest.mark.parametrize(
+    ("size", "shards", "total"), [("8G", 1, 8 << 30), ("8GiB", 1000, 8 << 30), ("512M", 1, 512 << 20)]
+)
+def test_checkpoint_sizes_as_written(tmp_path, size: str, shards: int, total: int) -> None:
+    phase = open_phase(load_plan(plan_file(tmp_path, {"checkpoint": {"size": size, "shards": shards}})), "golive")
+    assert phase.changes().totals["checkpoint_bytes"] == total
 
 
 def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_path) -> None:
