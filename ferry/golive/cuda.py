@@ -40,7 +40,8 @@ class Verdict:
     driver: str
     # The toolkit release's own minimum driver (None when the release is not in the table).
     toolkit_minimum: str | None
-    minor_minimum: str
+    # The family's minor-version-compatibility minimum (None before CUDA 11, which had none).
+    minor_minimum: str | None
     reason: str
 
     def line(self) -> str:
@@ -112,10 +113,16 @@ def check(cuda: str, driver: str) -> Verdict:
     data = table()
     family = str(toolkit[0])
     minor_min = data["minor_version_compatibility"].get(family)
-    if minor_min is None:
-        known = ", ".join(f"{k}.x" for k in data["minor_version_compatibility"])
-        raise ValueError(f"CUDA {cuda}: no {family}.x row in NVIDIA's table (known: {known})")
     key, minimum, own = _own_minimum(toolkit, data["toolkit_driver"])
+    if minor_min is None:
+        # Before CUDA 11 there was no minor-version compatibility: the release's own minimum alone decides.
+        if own is None:
+            known = sorted({k.split(".")[0] for k in data["toolkit_driver"]}, key=int)
+            raise ValueError(f"CUDA {cuda}: no {family}.x release in ferry's table ({known[0]}.x to {known[-1]}.x)")
+        if installed >= parse_version(own, "table"):
+            return Verdict(Status.PASS, cuda, driver, own, None, f"driver {driver} >= {own}, {minimum}")
+        reason = f"driver {driver} < {own}, {minimum} (CUDA {family}.x has no minor-version compatibility)"
+        return Verdict(Status.FAIL, cuda, driver, own, None, reason + f": CUDA {key} will not initialise")
     minor_ok = installed >= parse_version(minor_min, "table")
     losing = "; ".join(MINOR_LIMITS)
     if own is not None and installed >= parse_version(own, "table"):

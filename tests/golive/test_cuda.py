@@ -44,7 +44,7 @@ def test_the_table_has_every_family_and_cuda_13_rows() -> None:
     data = table()
     assert set(data["minor_version_compatibility"]) == {"11", "12", "13"}
     majors = {key.split(".")[0] for key in data["toolkit_driver"]}
-    assert majors == {"11", "12", "13"}
+    assert majors == {"9", "10", "11", "12", "13"}
     assert data["toolkit_driver"]["13.0.0"] == "580.65.06"
 
 
@@ -67,6 +67,7 @@ def test_a_release_missing_from_the_table_is_never_pass() -> None:
     ("release", "minimum"),
     [
         ("11.7.0", "515.43.04"),
+        ("10.2.0", "440.33"),
         ("11.7.1", "515.48.07"),
         ("12.8.0", "570.26"),
         ("12.8.1", "570.124.06"),
@@ -104,6 +105,10 @@ def test_rows_as_nvidia_publishes_them(release: str, minimum: str) -> None:
         # Two-part drivers exist (570.26 is 12.8 GA's minimum); surrounding spaces are not part of a version.
         ("12.8.0", "570.26", Status.PASS, "driver 570.26 >= 570.26"),
         (" 12.4.1 ", " 550.54.15 ", Status.PASS, "driver 550.54.15 >= 550.54.15,"),
+        # Before CUDA 11 there is no minor-version compatibility: the release's own minimum alone decides.
+        ("10.2.89", "440.33", Status.PASS, "highest minimum of the CUDA 10.2 releases"),
+        ("10.2", "418.39", Status.FAIL, "CUDA 10.x has no minor-version compatibility"),
+        ("9.2.148", "396.26", Status.FAIL, "396.26 < 396.37"),
     ],
 )
 def test_versions_as_found_in_the_wild(cuda: str, driver: str, status: Status, needle: str) -> None:
@@ -131,7 +136,7 @@ def test_cuda_check_command(args: list[str], code: int, first: str) -> None:
     [
         ("12.x", "550.54.15", "CUDA version"),
         ("12.4.1", "latest", "driver version"),
-        ("10.2", "440.33", "10.x"),
+        ("8.0.61", "375.26", "no 8.x release in ferry's table (9.x to 13.x)"),
         ("garbage", "550.54.15", "not a version"),
         ("", "550.54.15", "not a version"),
         # A branch is not one driver: 550.54.14 and 550.54.15 are both r550.
