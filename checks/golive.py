@@ -7,14 +7,21 @@ of the whole gate (FAIL under strict): a go-live that measured nothing is not a 
 from __future__ import annotations
 
 from checks.iam import check_rbac_schema
+from ferry.golive.checkpoint import significant
 from ferry.golive.cuda import check as cuda_verdict
 from ferry.golive.placement import Advice
 from ferry.results import CheckResult, Status
 
 
-def check_probe_jobs(docs: list[dict], kubernetes_version: str | None) -> CheckResult:
-    """The rendered probe ConfigMap, Service and Jobs validate strictly against the target's Kubernetes schema."""
-    return check_rbac_schema(docs, kubernetes_version, name="golive.probe_jobs_schema")
+def check_probe_jobs(docs: list[dict], kubernetes_version: str | None, source: str) -> CheckResult:
+    """The rendered probe ConfigMap, Service and Jobs (kept at source) validate strictly against the target's
+    Kubernetes schema; a PASS names what was validated, so the report shows evidence for it too."""
+    result = check_rbac_schema(docs, kubernetes_version, name="golive.probe_jobs_schema")
+    if result.status == Status.PASS:
+        objects = ", ".join(f"{d.get('kind')}/{d.get('metadata', {}).get('name')}" for d in docs)
+        version = result.measured.get("kubernetes")
+        result.evidence.append(f"{objects} ({source}) validate strictly against Kubernetes {version}'s schema")
+    return result
 
 
 def check_latency(name: str, result: dict | None, p99_us: float, reason: str, problems: list[str] = ()) -> CheckResult:
@@ -44,7 +51,7 @@ def check_throughput(
     back different), SKIP (the evidence says why) when nothing was measured."""
     key = name.rsplit(".", 1)[-1]
     threshold = {f"{key}_gb_per_s": minimum}
-    measured = {} if gb_per_s is None else {f"{key}_gb_per_s": round(gb_per_s, 3)}
+    measured = {} if gb_per_s is None else {f"{key}_gb_per_s": significant(gb_per_s)}
     if problems:
         return CheckResult(name, Status.FAIL, measured, threshold, [*problems, *evidence])
     if gb_per_s is None:
@@ -55,13 +62,13 @@ def check_throughput(
 def check_cuda(images: dict[str, str | None], driver: str | None, source: str, driver_source: str) -> CheckResult:
     """Each image's CUDA toolkit (from the digest map at source) against the nodes' driver (from driver_source):
     the worst verdict decides; SKIP when there is no driver or no image with a toolkit to judge."""
-    name = "golive.cuda_fingerprint"
+    name, threshold = "golive.cuda_fingerprint", {"table": "NVIDIA minimum driver per toolkit release"}
     if driver is None:
         why = driver_source or "no driver: set phases.golive.nodes.driver"
-        return CheckResult(name, Status.SKIP, {"images": len(images)}, evidence=[why])
+        return CheckResult(name, Status.SKIP, {"images": len(images)}, threshold, [why])
     if not any(images.values()):
         why = f"no image with a CUDA toolkit in {source}" + ("" if images else " (the images phase has not committed)")
-        return CheckResult(name, Status.SKIP, {"images": len(images), "driver": driver}, evidence=[why])
+        return CheckResult(name, Status.SKIP, {"images": len(images), "driver": driver}, threshold, [why])
     evidence, statuses = [f"driver {driver}: {driver_source}"], []
     for image, cuda in sorted(images.items()):
         if cuda is None:
@@ -77,15 +84,15 @@ def check_cuda(images: dict[str, str | None], driver: str | None, source: str, d
         evidence.append(f"{image} (CUDA {cuda}): {verdict.line()}")
     worst = Status.FAIL if Status.FAIL in statuses else Status.WARN if Status.WARN in statuses else Status.PASS
     measured = {"driver": driver, "images": len(images), "judged": len(statuses)}
-    return CheckResult(name, worst, measured, {"table": "NVIDIA minimum driver per toolkit release"}, evidence)
+    return CheckResult(name, worst, measured, threshold, evidence)
 
 
 def check_gpu(probe: dict) -> CheckResult:
     """The GPU probe's figures against the datasheet (>= 80% of HBM bandwidth and bf16 throughput); SKIP without
     torch or a GPU."""
-    name = "golive.gpu"
+    name, threshold = "golive.gpu", {"of_datasheet": 0.8}
     if probe.get("status") == "SKIP":
-        return CheckResult(name, Status.SKIP, evidence=[probe.get("reason", "not measured")])
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=[probe.get("reason", "not measured")])
     devices = probe.get("devices", [])
     measured = {"driver": probe.get("driver"), "devices": probe.get("device_count", len(devices))}
     evidence = [
@@ -96,19 +103,18 @@ def check_gpu(probe: dict) -> CheckResult:
         + f": {d['status']}{' ' + d['reason'] if d.get('reason') else ''}"
         for d in devices
     ]
-    return CheckResult(name, Status(probe["status"]), measured, {"of_datasheet": 0.8}, evidence)
+    return CheckResult(name, Status(probe["status"]), measured, threshold, evidence)
 
 
 def check_placement(advice: list[Advice]) -> CheckResult:
     """Placement advice per workload (informational: PASS with the advice and the rule that decided it)."""
-    name = "golive.placement"
+    name, threshold = "golive.placement", {"rules": "175B on >1 node; >12% overhead; >$5/h for >72 h"}
     if not advice:
-        return CheckResult(name, Status.SKIP, evidence=["no workloads in phases.golive.workloads"])
+        return CheckResult(name, Status.SKIP, threshold=threshold, evidence=["no workloads in phases.golive.workloads"])
     measured = {a.workload.name: a.advice for a in advice}
-    evidence = [f"{a.workload.name}: {line}" for a in advice for line in a.lines()]
-    return CheckResult(
-        name, Status.PASS, measured, {"rules": "175B on >1 node; >12% overhead; >$5/h for >72 h"}, evidence
-    )
+    # The first line names the workload; its reasoning lines are prefixed so that several workloads stay apart.
+    evidence = [line if i == 0 else f"{a.workload.name}: {line}" for a in advice for i, line in enumerate(a.lines())]
+    return CheckResult(name, Status.PASS, measured, threshold, evidence)
 
 
 def check_scale_up(

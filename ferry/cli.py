@@ -130,23 +130,34 @@ def golive_cuda_check(
 
 @golive_app.command("placement")
 def golive_placement(
-    params: Annotated[str, typer.Option(help="Parameter count: 405e9 or 405B")],
+    params: Annotated[str, typer.Option(help="Parameter count: 405e9, 405B or 4.05e+11")],
     nodes: Annotated[int, typer.Option(min=1, help="Nodes the job runs on")],
     virt_overhead: Annotated[
-        float, typer.Option(min=0.0, help="Iteration slowdown under virtualisation, a fraction (0.14 is 14%)")
+        str, typer.Option(help="Iteration slowdown under virtualisation: a fraction (0.14) or a percentage (14%)")
     ],
     hourly_cost_delta: Annotated[float, typer.Option(help="What that overhead costs, $ per hour")],
     job_hours: Annotated[float | None, typer.Option(min=0.0, help="The job's length in hours")] = None,
     long_job_hours: Annotated[float, typer.Option(min=0.0, help="Rule 3 applies to jobs longer than this")] = 72.0,
 ) -> None:
     """Bare metal or managed Kubernetes for one workload: the advice first, then which rule decided and why."""
-    from ferry.golive.placement import Workload, advise, parse_params
+    import math
 
+    from ferry.golive.placement import Workload, advise, parse_overhead, parse_params
+
+    for option, value in (
+        ("--hourly-cost-delta", hourly_cost_delta), ("--job-hours", job_hours), ("--long-job-hours", long_job_hours),
+    ):  # fmt: skip
+        if value is not None and not math.isfinite(value):
+            raise UsageError(f"{option}: {value} is not a finite number")
     try:
         count = parse_params(params)
     except ValueError as exc:
         raise UsageError(f"--params: {exc}") from None
-    workload = Workload("workload", count, nodes, virt_overhead, hourly_cost_delta, job_hours, long_job_hours)
+    try:
+        overhead = parse_overhead(virt_overhead)
+    except ValueError as exc:
+        raise UsageError(f"--virt-overhead: {exc}") from None
+    workload = Workload("workload", count, nodes, overhead, hourly_cost_delta, job_hours, long_job_hours)
     for line in advise(workload).lines():
         out.print(line, markup=False, highlight=False)
 
@@ -187,12 +198,18 @@ def probe_ping(
 
     if protocol not in ("tcp", "udp"):
         raise UsageError(f"--protocol: {protocol!r} is not tcp or udp")
+    import socket
+
     try:
         result = probe.ping(server, protocol, samples, warmup=warmup, size=size)
     except ValueError as exc:
         raise UsageError(f"--server: {exc}") from None
+    except socket.gaierror as exc:
+        # A name that does not resolve is a bad address, as a malformed one is; a server that is not there (refused,
+        # no reply) is a failed measurement: exit 1.
+        raise UsageError(f"--server: cannot resolve {server}: {exc.strerror or exc}") from None
     except OSError as exc:
-        raise FerryError(f"probe to {server} failed: {exc}") from None
+        raise FerryError(f"probe to {server} failed: {exc.strerror or exc}") from None
     if as_json:
         out.print(json.dumps(result), markup=False, highlight=False, soft_wrap=True)
         return

@@ -42,6 +42,11 @@ class Synthetic:
         return sum(size for size, _ in self.files.values())
 
 
+def significant(gb_per_s: float, digits: int = 4) -> float:
+    """A figure to `digits` significant digits: a slow store's 0.0000021 GB/s must not read as 0.0."""
+    return float(f"{gb_per_s:.{digits}g}")
+
+
 def shard_name(index: int, shards: int) -> str:
     return f"model-{index + 1:05d}-of-{shards:05d}.bin"
 
@@ -104,7 +109,7 @@ class Measurement:
         if not values:
             return "no per-shard figures"
         low, mid, high = values[0], values[len(values) // 2], values[-1]
-        return f"{low:.3f} / {mid:.3f} / {high:.3f} GB/s (min/median/max of {len(values)})"
+        return f"{low:.4g} / {mid:.4g} / {high:.4g} GB/s (min/median/max of {len(values)})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -207,7 +212,7 @@ def _write_spread(stats: Stats, source: Synthetic) -> dict[str, float]:
     for label, q in (("fastest", 0.0), ("median", 0.5), ("slowest", 1.0)):
         seconds = stats.latency.quantile(q)
         if seconds:
-            figures[label] = round(shard / seconds / 1e9, 3)
+            figures[label] = significant(shard / seconds / 1e9)
     return figures
 
 
@@ -222,6 +227,6 @@ def _read_all(target, source: Synthetic, threads: int, result: Measurement) -> N
         if problem:
             result.problems.append(f"read-back: {problem}")
         elif seconds > 0:
-            result.read_shard_gb_per_s[key] = round(source.files[key][0] / seconds / 1e9, 3)
+            result.read_shard_gb_per_s[key] = significant(source.files[key][0] / seconds / 1e9)
     if not result.problems:
         result.read_gb_per_s = source.total / result.read_s / 1e9

@@ -73,5 +73,6 @@ def node_drivers(api: Any) -> dict[str, str]:
         if _DRIVER_FULL in labels:
             drivers[node.metadata.name] = labels[_DRIVER_FULL]
         elif all(part in labels for part in _DRIVER_PARTS):
-            drivers[node.metadata.name] = ".".join(labels[part] for part in _DRIVER_PARTS)
+            # A two-part driver (570.26) carries an empty rev label.
+            drivers[node.metadata.name] = ".".join(labels[part] for part in _DRIVER_PARTS if labels[part])
     return drivers

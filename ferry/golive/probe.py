@@ -20,6 +20,8 @@ from fractions import Fraction
 DEFAULT_PORT = 7447
 DEFAULT_SIZE = 64
 DEFAULT_WARMUP = 100
+# UDP round trips lost one after another before a ping gives up on the server.
+LOST_IN_A_ROW = 10
 _HEADER = struct.Struct("!Q")  # a round trip's sequence number, so a late UDP reply is never mistaken
 _BYE = b"ferry-probe-bye"
 
@@ -85,19 +87,38 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def _split(server: str) -> tuple[str, int]:
-    host, _, port = server.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"{server!r} is not host:port")
-    return host.strip("[]"), int(port)
+def parse_server(server: str) -> tuple[str, int]:
+    """'host:port' or '[ipv6]:port' -> (host, port); ValueError saying what is wrong (no port, a port out of range,
+    an IPv6 address without brackets, a URL)."""
+    text = server.strip() if isinstance(server, str) else ""
+    if "://" in text:
+        raise ValueError(f"{server!r} is a URL: give host:port (e.g. 10.0.4.12:7447)")
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        if not closed or not host or not port:
+            raise ValueError(f"{server!r} is not [ipv6]:port (e.g. [fd00::12]:7447)")
+    else:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise ValueError(f"{server!r}: an IPv6 address needs brackets, [address]:port (e.g. [::1]:7447)")
+        if not host or not port:
+            raise ValueError(f"{server!r} is not host:port (e.g. 10.0.4.12:7447)")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{server!r}: port {port!r} is not a port (1 to 65535)")
+    return host, int(port)
 
 
 def serve(host: str, port: int, protocol: str, *, size: int = DEFAULT_SIZE, sessions: int = 0, ready=None) -> None:
     """Echo round trips on host:port until `sessions` clients have finished (0: forever). ready(port) once bound."""
+    host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     kind = socket.SOCK_STREAM if protocol == "tcp" else socket.SOCK_DGRAM
     with socket.socket(family, kind) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if protocol == "tcp":
+            # Only so that a restart can bind while old connections sit in TIME_WAIT: for UDP it would let a
+            # second server bind the same port and share the round trips.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         if protocol == "tcp":
             sock.listen(8)
@@ -167,7 +188,7 @@ def ping(
     """
     if samples < 1 or warmup < 0 or size < _HEADER.size:
         raise ValueError(f"samples >= 1, warmup >= 0 and size >= {_HEADER.size} bytes are needed")
-    host, port = _split(server)
+    host, port = parse_server(server)
     payload = b"\0" * (size - _HEADER.size)
     rtts: list[int] = []
     lost = 0
@@ -180,7 +201,9 @@ def ping(
                 start = time.perf_counter_ns()
                 sock.sendall(message)
                 if _recv_exactly(sock, size) != message:
-                    raise ConnectionError(f"round trip {seq}: the echo differs from what was sent")
+                    raise ConnectionError(
+                        f"round trip {seq}: the reply differs from what was sent: is {server} a ferry probe server?"
+                    )
                 if seq >= warmup:
                     rtts.append(time.perf_counter_ns() - start)
     elif protocol == "udp":
@@ -191,6 +214,7 @@ def ping(
             sock.connect((host, port))
             _udp_answering(sock, wait_s)
             sock.settimeout(timeout_s)
+            in_a_row = 0
             for seq in range(warmup + samples):
                 message = _HEADER.pack(seq) + payload
                 start = time.perf_counter_ns()
@@ -200,7 +224,15 @@ def ping(
                         pass
                 except (TimeoutError, ConnectionRefusedError):
                     lost += seq >= warmup
+                    in_a_row += 1
+                    if in_a_row >= LOST_IN_A_ROW:
+                        # A server that is gone: without this a run would wait timeout_s for every round trip left.
+                        raise ConnectionError(
+                            f"{in_a_row} round trips in a row got no reply within {timeout_s:g} s: is a "
+                            f"`probe serve --protocol udp` running at {server}?"
+                        ) from None
                     continue
+                in_a_row = 0
                 if seq >= warmup:
                     rtts.append(time.perf_counter_ns() - start)
             sock.send(_BYE)

@@ -35,7 +35,7 @@ from connectors.transfer import TransferSettings
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import autoscale, checkpoint, gpu_probe, kube, placement, probe, report
+from ferry.golive import autoscale, checkpoint, cuda, gpu_probe, kube, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
@@ -44,17 +44,20 @@ from ferry.plan import DNS_LABEL, Size
 from ferry.results import CheckResult, gate_status
 
 log = structlog.get_logger("ferry.phases.golive")
-_VERSION = r"^\d+(\.\d+){1,3}$"
 
 
-def _params(value: Any) -> float:
-    return placement.parse_params(value) if isinstance(value, str) else value
+def _server(value: Any) -> Any:
+    """host:port or [ipv6]:port, as `ferry probe ping --server` takes it (one parser, one message)."""
+    if isinstance(value, str):
+        probe.parse_server(value)
+        return value.strip()
+    return value
 
 
 class Latency(Settings):
     """The interconnect probe: to a running `ferry probe serve` (server), and/or as a pair of Jobs (jobs)."""
 
-    server: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:\[\]-]+:\d+$")
+    server: Annotated[str | None, BeforeValidator(_server)] = None
     # The client's own address: which interface the round trips leave from (default: the OS chooses).
     client: str | None = None
     samples: int = Field(default=20000, ge=1, le=10_000_000)
@@ -82,6 +85,12 @@ class Checkpoint(Settings):
     prefix: str = "golive/ckpt/"
     threads: int = Field(default=16, ge=1, le=1024)
 
+    @model_validator(mode="after")
+    def _a_byte_per_shard(self) -> Checkpoint:
+        if self.size < self.shards:
+            raise ValueError(f"size {self.size} bytes cannot fill {self.shards} shards: give at least a byte a shard")
+        return self
+
 
 class Autoscaling(Settings):
     """The Deployment (and its HPA, if any) raised to replicas; the time until they are Ready is measured."""
@@ -94,19 +103,38 @@ class Autoscaling(Settings):
     poll_s: float = Field(default=1.0, gt=0, le=60)
 
 
+def _driver_version(value: Any) -> Any:
+    """A driver version as nvidia-smi prints it, stripped; YAML's number (570.26 unquoted) is refused, not guessed."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(f'{value!r} was read as a number: quote the driver version ("570.26")')
+    if isinstance(value, str):
+        cuda.parse_driver(value)
+        return value.strip()
+    return value
+
+
 class Nodes(Settings):
     """The target GPU nodes' NVIDIA driver version (e.g. from nvidia-smi or the node's driver label)."""
 
-    driver: str | None = Field(default=None, pattern=_VERSION)
+    driver: Annotated[str | None, BeforeValidator(_driver_version)] = None
 
 
 class WorkloadSettings(Settings):
     name: str = Field(min_length=1)
-    params: Annotated[float, BeforeValidator(_params)] = Field(gt=0)
+    params: Annotated[float, BeforeValidator(placement.parse_params)]
     nodes: int = Field(ge=1)
-    virt_overhead: float = Field(ge=0, le=10)
-    hourly_cost_delta: float
-    job_hours: float | None = Field(default=None, ge=0)
+    # A fraction (0.14) or a percentage ("14%"); a bare 14 is refused, not read as 1400%.
+    virt_overhead: Annotated[float, BeforeValidator(placement.parse_overhead)]
+    hourly_cost_delta: float = Field(allow_inf_nan=False)
+    job_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+def _version_order(driver: str) -> tuple[int, ...]:
+    """A node label's driver for ordering; one that is not a version sorts first, so that it is judged (and said)."""
+    try:
+        return cuda.parse_driver(driver)
+    except ValueError:
+        return ()
 
 
 class GoliveSettings(Settings):
@@ -116,7 +144,7 @@ class GoliveSettings(Settings):
     nodes: Nodes = Field(default_factory=Nodes)
     workloads: list[WorkloadSettings] = Field(default_factory=list)
     # Rule 3 of the placement advice applies to jobs longer than this.
-    long_job_hours: float = Field(default=placement.LONG_JOB_HOURS, gt=0)
+    long_job_hours: float = Field(default=placement.LONG_JOB_HOURS, gt=0, allow_inf_nan=False)
     # Run the GPU probe (torch) where ferry runs; it SKIPs without torch or a GPU.
     gpu_probe: bool = True
 
@@ -249,7 +277,7 @@ class GolivePhase(Phase):
             )
         if not drivers:
             return None, "no driver: no node carries GPU feature discovery's driver labels (nvidia.com/cuda.driver*)"
-        oldest = min(drivers.values(), key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+        oldest = min(drivers.values(), key=_version_order)
         shown = ", ".join(f"{node} {version}" for node, version in sorted(drivers.items()))
         return oldest, f"the oldest driver on the labelled nodes ({shown})"
 
@@ -403,7 +431,7 @@ class GolivePhase(Phase):
             )
         if latency.get("jobs"):
             docs = [d for d in yaml.safe_load_all(Path(latency["jobs"]).read_text(encoding="utf-8")) if d]
-            results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version))
+            results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version, latency["jobs"]))
             problem = latency.get("jobs_problem")
             results.append(
                 check_latency(
@@ -432,9 +460,16 @@ class GolivePhase(Phase):
         result = checkpoint.Measurement(**measured)
         where = f"{result.bytes:,} bytes in {result.shards} shards to {result.target}"
         cleanup = [f"cleanup: {result.cleanup}"]
+        figures = result.write_shard_gb_per_s
+        spread = (
+            f"{' / '.join(f'{v:.4g}' for v in figures.values())} GB/s ({'/'.join(figures)}; the engine's latencies, "
+            "5% buckets)"
+            if figures
+            else "no per-shard figures"
+        )
         write = [
             f"{where} through the transfer engine in {result.write_s and round(result.write_s, 3)} s",
-            f"per-shard write GB/s (engine latencies, 5% buckets): {result.write_shard_gb_per_s}",
+            f"per-shard write: {spread}",
             *cleanup,
         ]
         read = [

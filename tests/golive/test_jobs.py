@@ -26,9 +26,14 @@ def emulator() -> Iterator[KubeEmulator]:
 def test_the_rendered_pair_validates_strictly() -> None:
     docs = jobs.render("ml-prod", protocol="udp", samples=5000, image="registry.example/python:3.12")
     assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job", "Job"]
-    result = check_probe_jobs(docs, "1.30")
+    result = check_probe_jobs(docs, "1.30", "probe-jobs.yaml")
     assert result.status == Status.PASS, result.evidence
     assert result.name == "golive.probe_jobs_schema" and result.measured["objects"] == 4
+    # A PASS shows its evidence in the report too: what was validated, from where, against which schema.
+    assert result.evidence == [
+        "ConfigMap/ferry-probe, Service/ferry-probe-server, Job/ferry-probe-server, Job/ferry-probe-client "
+        "(probe-jobs.yaml) validate strictly against Kubernetes 1.30.0's schema"
+    ]
 
 
 def test_the_jobs_run_the_configmaps_script_apart_and_through_the_headless_service() -> None:
@@ -49,7 +54,7 @@ def test_an_invalid_object_fails_the_schema_check() -> None:
     docs = copy.deepcopy(jobs.render("ml-prod"))
     docs[3]["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 7
     docs[2]["spec"]["backofLimit"] = 0  # a typo: strict validation refuses unknown fields
-    result = check_probe_jobs(docs, None)
+    result = check_probe_jobs(docs, None, "probe-jobs.yaml")
     assert result.status == Status.FAIL and len(result.evidence) == 2
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from kubernetes import client
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import UsageError
+from ferry.golive import probe
 from ferry.golive.checkpoint import shard_name, synthetic
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
@@ -159,8 +162,84 @@ def test_nothing_measurable_skips_every_check_with_its_reason(tmp_path, strict) 
     assert all(r.status == Status.SKIP and r.evidence and all(r.evidence) for r in checks), [
         (r.name, r.status, r.evidence) for r in checks
     ]
+    # A SKIP still says what it would have been held against (the report's threshold column is never empty).
+    assert all(r.threshold for r in results), [r.name for r in results if not r.threshold]
     assert summary.status == Status.WARN and summary.measured["skipped"] == len(checks)
     assert gate_status(results, strict) == (Status.FAIL if strict else Status.WARN)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_plan_without_a_cluster_skips_every_cluster_check_with_its_reason(tmp_path, strict) -> None:
+    # Written by someone else: some checks only, the cluster ones with no target.cluster to run them on.
+    golive = {
+        "latency": {"jobs": True, "samples": 100},
+        "autoscaling": {"deployment": "llama-serve", "replicas": 8},
+        "workloads": [{"name": "w", "params": "405B", "nodes": 32, "virt_overhead": "14%", "hourly_cost_delta": 6.5}],
+        "gpu_probe": False,
+    }
+    results, reporter, _ = run_all(plan_file(tmp_path, golive, strict=strict), tmp_path / "runs" / "r1")
+    found = by_name(results)
+    for name, reason in (
+        ("golive.cuda_fingerprint", "target.cluster, to read the node labels"),
+        ("golive.interconnect_p99_jobs", "no cluster (target.cluster): the Jobs are rendered in"),
+        ("golive.scale_up", "no cluster: target.cluster is not set"),
+    ):
+        assert found[name].status == Status.SKIP and reason in found[name].evidence[0], found[name]
+    assert "golive.interconnect_p99" not in found, "no server named: nothing to SKIP twice"
+    assert found["golive.probe_jobs_schema"].status == Status.PASS and found["golive.probe_jobs_schema"].evidence
+    assert found["golive.placement"].status == Status.PASS
+    assert not [r.name for r in results if r.status == Status.PASS and not r.evidence]
+    assert gate_status(results, strict) == (Status.FAIL if strict else Status.WARN)
+    # The report (Markdown) has every check with its status, threshold and evidence.
+    text = reporter.published["golive-report"]
+    for r in results:
+        assert f"| {r.name} | **{r.status.value}** |" in text
+        assert all(f"- {line}" in text for line in r.evidence)
+    page = tmp_path / "runs" / "r1" / "golive" / "report.html"
+    if CHROMIUM:
+        from tests.browser import Browser
+
+        browser = Browser(CHROMIUM)
+        try:
+            browser.goto(page.as_uri())
+            assert browser.wait_for_text("Go-live report: golive-check")
+            rows = browser.evaluate(
+                "[...document.querySelectorAll('#summary tr')].slice(1)"
+                ".map(r => [...r.cells].map(c => c.innerText.trim()))"
+            )
+            assert [row[0] for row in rows] == [r.name for r in results]
+            for (name, status, _measured, threshold, evidence), r in zip(rows, results, strict=True):
+                assert status == r.status.value and threshold != "-" and evidence, (name, threshold, evidence)
+                assert r.evidence[0] in evidence
+            assert browser.evaluate("document.getElementById('verdict').innerText") == ("FAIL" if strict else "WARN")
+            assert browser.evaluate("document.getElementById('latency-none').innerText").startswith("Not measured")
+        finally:
+            browser.close()
+
+
+def test_checkpoint_figures_keep_their_digits(tmp_path) -> None:
+    from checks.golive import check_throughput
+
+    # A slow store's figure is not rounded to 0.0 beside its threshold.
+    slow = check_throughput("golive.checkpoint_write", 0.0000021712, 2.0, ["evidence"], [])
+    assert slow.status == Status.FAIL and slow.measured == {"checkpoint_write_gb_per_s": 2.171e-06}
+    fast = check_throughput("golive.checkpoint_read", 12.3456789, 4.0, ["evidence"], [])
+    assert fast.measured == {"checkpoint_read_gb_per_s": 12.35}
+
+
+@pytest.mark.parametrize(("size", "shards"), [("512", 1000), (1, 2)])
+def test_a_checkpoint_smaller_than_its_shards_is_a_plan_error(tmp_path, size, shards: int) -> None:
+    # It used to pass `plan validate` and end the run in a traceback from the synthetic checkpoint.
+    with pytest.raises(UsageError, match=f"phases.golive.checkpoint: .*cannot fill {shards} shards"):
+        load_plan(plan_file(tmp_path, {"checkpoint": {"size": size, "shards": shards}}))
+
+
+@pytest.mark.parametrize(
+    ("size", "shards", "total"), [("8G", 1, 8 << 30), ("8GiB", 1000, 8 << 30), ("512M", 1, 512 << 20)]
+)
+def test_checkpoint_sizes_as_written(tmp_path, size: str, shards: int, total: int) -> None:
+    phase = open_phase(load_plan(plan_file(tmp_path, {"checkpoint": {"size": size, "shards": shards}})), "golive")
+    assert phase.changes().totals["checkpoint_bytes"] == total
 
 
 def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_path) -> None:
@@ -210,9 +289,10 @@ def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
     with pytest.raises(UsageError) as raised:
         load_plan(path)
     assert "phases.golive.latency" in str(raised.value) and "server" in str(raised.value)
-    path = plan_file(tmp_path, {"nodes": {"driver": "latest"}})
-    with pytest.raises(UsageError, match="phases.golive.nodes.driver"):
-        load_plan(path)
+    for driver, needle in (("latest", "not a version"), ("r550", "driver branch"), (570.26, "quote the driver")):
+        path = plan_file(tmp_path, {"nodes": {"driver": driver}})
+        with pytest.raises(UsageError, match=f"phases.golive.nodes.driver: .*{needle}"):
+            load_plan(path)
 
 
 def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> None:
@@ -288,7 +368,9 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
         for name, labels in (
             ("gpu-a", {"nvidia.com/cuda.driver-version.full": "550.54.15"}),
             ("gpu-b", gfd),
-            ("cpu-c", {}),
+            # A two-part driver: GPU feature discovery's rev label is empty.
+            ("gpu-c", dict(zip(gfd, ("570", "26", ""), strict=True))),
+            ("cpu-d", {}),
         ):
             emulator.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
         kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
@@ -303,5 +385,67 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
     assert cuda.status == Status.WARN and cuda.measured["driver"] == "535.104.05"
     assert (
         cuda.evidence[0]
-        == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05)"
+        == "driver 535.104.05: the oldest driver on the labelled nodes (gpu-a 550.54.15, gpu-b 535.104.05, "
+        "gpu-c 570.26)"
     )
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        ({"virt_overhead": 14}, "virt_overhead: 14 is not a fraction from 0 to 1 (0.14 is 14%)"),
+        ({"params": "405"}, "params: '405' is 405 parameters, under a million"),
+        ({"params": 405}, "params: 405 is 405 parameters"),
+        ({"hourly_cost_delta": float("nan")}, "hourly_cost_delta"),
+        ({"nodes": 0}, "nodes"),
+    ],
+)
+def test_workloads_written_by_others_are_refused_with_the_field(tmp_path, workload: dict, needle: str) -> None:
+    base = {"name": "w", "params": "405B", "nodes": 32, "virt_overhead": "14%", "hourly_cost_delta": 6.5}
+    path = plan_file(tmp_path, {"workloads": [{**base, **workload}]})
+    with pytest.raises(UsageError) as raised:
+        load_plan(path)
+    assert f"phases.golive.workloads.0.{needle}" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_workloads_as_percentages_and_suffixes_advise_like_fractions(tmp_path) -> None:
+    workloads = [
+        {"name": "pct", "params": "70B", "nodes": 1, "virt_overhead": "14%", "hourly_cost_delta": 1},
+        {"name": "frac", "params": 7e10, "nodes": 1, "virt_overhead": 0.14, "hourly_cost_delta": 1},
+        {"name": "edge", "params": "0.175T", "nodes": 8, "virt_overhead": "12%", "hourly_cost_delta": 1},
+    ]
+    phase = open_phase(load_plan(plan_file(tmp_path, {"workloads": workloads, "gpu_probe": False})), "golive")
+    advice = by_name(phase.checks(AuditFolder(tmp_path / "r")))["golive.placement"].measured
+    assert advice == {"pct": "bare-metal", "frac": "bare-metal", "edge": "managed-kubernetes"}
+
+
+@pytest.mark.parametrize(
+    ("server", "needle"),
+    [
+        ("10.0.4.12", "is not host:port"),
+        ("10.0.4.12:99999", "is not a port (1 to 65535)"),
+        ("fe80::1:7447", "an IPv6 address needs brackets"),
+        ("http://10.0.4.12:7447", "is a URL"),
+    ],
+)
+def test_latency_servers_written_by_others_are_refused_with_the_field(tmp_path, server: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=f"phases.golive.latency.server: .*{re.escape(needle)}"):
+        load_plan(plan_file(tmp_path, {"latency": {"server": server}}))
+
+
+def test_latency_to_an_ipv6_server(tmp_path) -> None:
+    bound: list[int] = []
+    thread = threading.Thread(
+        target=probe.serve, args=("::1", 0, "tcp"), kwargs={"sessions": 1, "ready": bound.append}, daemon=True
+    )
+    thread.start()
+    while not bound and thread.is_alive():
+        thread.join(0.05)
+    path = plan_file(tmp_path, {"latency": {"server": f"[::1]:{bound[0]}", "samples": 100, "warmup": 5}})
+    phase = open_phase(load_plan(path), "golive")
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    phase.run("latency", audit, Reporter())
+    thread.join(5)
+    p99 = by_name(phase.checks(audit))["golive.interconnect_p99"]
+    assert p99.status in (Status.PASS, Status.FAIL) and p99.measured["samples"] == 100
+    assert f"to [::1]:{bound[0]}" in p99.evidence[0]
