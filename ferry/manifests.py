@@ -25,6 +25,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 from ruamel.yaml.scalarstring import ScalarString
+from ruamel.yaml.scanner import ScannerError
 
 from ferry.digest_map import ImageRecord
 from ferry.errors import UsageError
@@ -180,10 +181,24 @@ class SourceFile:
     documents: list[Document] = field(default_factory=list)
     explicit_start: bool = False
     indent: tuple[int, int, int] = (2, 2, 0)
+    # The text as read (without its byte-order mark, lines ended by "\n") and ruamel.yaml's writing of it before
+    # any transform: text() carries the lines the transforms changed over into the text as read.
+    raw: str = ""
+    baseline: str = ""
+    bom: bool = False
+    newline: str = "\n"
 
     def text(self) -> str:
-        """The file's documents as YAML, in input order, written as the input was (indentation, comments)."""
-        return _dump([d.data for d in self.documents if d.data is not None], self.indent, self.explicit_start)
+        """The file's documents as YAML, in input order: the text as read with only the lines the transforms changed
+        rewritten (ruamel.yaml's writing of the whole file where a change has no place in it)."""
+        rendered = _dump([d.data for d in self.documents if d.data is not None], self.indent, self.explicit_start)
+        if rendered == self.baseline:
+            return self.raw
+        spliced = _splice(self.raw, self.baseline, rendered)
+        # Spliced lines must say what ruamel.yaml wrote, document for document (empty ones aside).
+        if spliced is None or _objects(spliced, self.indent) != _objects(rendered, self.indent):
+            return rendered
+        return spliced
 
 
 @dataclass
@@ -213,7 +228,8 @@ class Rendering:
         for file in self.files:
             target = out_dir / file.relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(file.text(), encoding="utf-8")
+            text = ("\ufeff" if file.bom else "") + file.text().replace("\n", file.newline)
+            target.write_text(text, encoding="utf-8", newline="")
             written.append(target)
         return written
 
@@ -252,6 +268,92 @@ def _dump(docs: list[Any], indent: tuple[int, int, int], explicit_start: bool) -
     out = io.StringIO()
     _yaml(indent, explicit_start).dump_all(docs, out)
     return out.getvalue()
+
+
+def _parse(text: str, indent: tuple[int, int, int]) -> list[Any]:
+    """Every document of text, a tab between tokens read as a space (libyaml, and so kubectl, allows it; ruamel.yaml
+    does not). Raises YAMLError."""
+    for _ in range(text.count("\t") + 1):
+        try:
+            return list(_yaml(indent).load_all(text))
+        except ScannerError as exc:
+            at = exc.problem_mark.index if exc.problem_mark is not None else -1
+            line_start = text.rfind("\n", 0, at) + 1
+            # A tab in a line's indentation is an error for every YAML parser: only separating tabs are spaces.
+            if at < 0 or text[at] != "\t" or not text[line_start:at].strip():
+                raise
+            text = text[:at] + " " + text[at + 1 :]
+    raise AssertionError("unreachable: each retry replaces one tab")
+
+
+def _objects(text: str, indent: tuple[int, int, int]) -> list[Any]:
+    return [plain(doc) for doc in _parse(text, indent) if doc is not None]
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _shifted(line: str, shift: int) -> str | None:
+    depth = _indent_of(line) + shift
+    return None if depth < 0 else (" " * depth + line.lstrip(" ") if line.strip() else line)
+
+
+def _splice(raw: str, before: str, after: str) -> str | None:
+    """raw with the line changes that turn before into after (both ruamel.yaml's writing), each placed at the raw
+    line that before's line came from and indented as raw is there; None where a change has no such line.
+
+    ruamel.yaml writes every sequence of a file with one indentation, drops comment-only documents and end
+    markers and moves a comment after `---`: splicing leaves all of that as the team wrote it.
+    """
+    ours = (raw if raw.endswith("\n") else raw + "\n").split("\n")
+    old, new = before.split("\n"), after.split("\n")
+    where: dict[int, int] = {}
+    shapes = difflib.SequenceMatcher(
+        None, [" ".join(s.split()) for s in ours], [" ".join(s.split()) for s in old], False
+    )
+    for tag, i1, i2, j1, _ in shapes.get_opcodes():
+        if tag == "equal":
+            where.update({j1 + k: i1 + k for k in range(i2 - i1)})
+    edits: list[tuple[int, int, list[str]]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, False).get_opcodes():
+        if tag == "equal":
+            continue
+        lines: list[str | None]
+        if i1 < i2:
+            spots = [where.get(i) for i in range(i1, i2)]
+            if spots[0] is None or spots != list(range(spots[0], spots[0] + len(spots))):
+                return None
+            start, end = spots[0], spots[0] + len(spots)
+            if j2 - j1 == i2 - i1:
+                lines = [
+                    _shifted(new[j1 + k], _indent_of(ours[start + k]) - _indent_of(old[i1 + k])) for k in range(i2 - i1)
+                ]
+            else:
+                lines = [_shifted(line, _indent_of(ours[start]) - _indent_of(old[i1])) for line in new[j1:j2]]
+        else:
+            # Inserted lines go after the raw line of the one before them (else before the raw line of the one after
+            # them), shifted as the nearest raw line above them that is no deeper (their parent or a sibling) is.
+            depth = _indent_of(new[j1])
+            parent = next(
+                (k for k in range(i1 - 1, -1, -1) if k in where and old[k].strip() and _indent_of(old[k]) <= depth),
+                None,
+            )
+            if i1 - 1 in where:
+                start = end = where[i1 - 1] + 1
+            elif i1 in where:
+                start = end = where[i1]
+            else:
+                return None
+            if parent is None:
+                return None
+            lines = [_shifted(line, _indent_of(ours[where[parent]]) - _indent_of(old[parent])) for line in new[j1:j2]]
+        if None in lines:
+            return None
+        edits.append((start, end, [line for line in lines if line is not None]))
+    for start, end, lines in reversed(edits):
+        ours[start:end] = lines
+    return "\n".join(ours)
 
 
 _KEY_LINE = re.compile(r"^( *)[^\s#-][^#]*:\s*(#.*)?$")
@@ -299,12 +401,20 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
     files = []
     for entry in entries:
         for path, relative in _files_of(entry):
-            text = path.read_text(encoding="utf-8")
+            try:
+                # Bytes, not read_text: its universal newlines would hide a CRLF file.
+                text = path.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path}: not readable as UTF-8 text: {exc}") from None
             name = str(path.relative_to(base)) if base and path.is_relative_to(base) else str(path)
-            source = SourceFile(entry, path, relative, name, explicit_start=text.lstrip().startswith("---"))
+            source = SourceFile(entry, path, relative, name, bom=text.startswith("\ufeff"))
+            text = text.removeprefix("\ufeff")
+            if "\r\n" in text:
+                source.newline, text = "\r\n", text.replace("\r\n", "\n")
+            source.explicit_start = text.lstrip().startswith("---")
             source.indent = guess_indent(text)
             try:
-                loaded = list(_yaml(source.indent).load_all(text))
+                loaded = _parse(text, source.indent)
             except YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 line = f":{mark.line + 1}" if mark is not None else ""
@@ -314,6 +424,8 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
                 if data is not None:
                     doc.original = _dump([masked(data) if doc.kind == "Secret" else data], source.indent, False)
                 source.documents.append(doc)
+            source.raw = text
+            source.baseline = _dump([d for d in loaded if d is not None], source.indent, source.explicit_start)
             files.append(source)
     return files
 

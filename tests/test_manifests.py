@@ -132,6 +132,14 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
     ("rendered/chart.yaml", 0): {},
     ("rendered/chart.yaml", 1): {C0: f"{META}inference:1.0", **gpu("spec.template")},
     ("rendered/chart.yaml", 2): {},
+    # Helm output: sequences indented two ways, a blank line of spaces, `{}` on its own line, a template rendered
+    # empty, `---` with a comment, a comment-only last document: all kept as written.
+    ("rendered/vllm-helm.yaml", 0): IN_NS,
+    ("rendered/vllm-helm.yaml", 2): {
+        **IN_NS,
+        C0: f"{META}vllm-openai:v0.6.3",
+        **gpu("spec.template"),  # nvidia.com/gpu: "1" in requests only
+    },
     ("rendered/kustomize.yml", 0): IN_NS,
     ("rendered/kustomize.yml", 1): {**IN_NS, C0: f"{META}eval@sha256:{'b' * 64}"},
 }
@@ -298,6 +306,43 @@ def test_output_keeps_the_indentation_of_its_input(text: str, indent: tuple[int,
     assert guess_indent(text) == indent
     (tmp_path / "f.yaml").write_text(text, encoding="utf-8")
     assert load_sources([tmp_path / "f.yaml"])[0].text() == text
+
+
+CM = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ml-train\ndata:\n  k: v\n"
+CM_OUT = CM.replace(b"ml-train", b"x").replace(
+    b"\ndata:", b"\n  labels:\n    ferry.io/plan: p\n    app.kubernetes.io/managed-by: ferry\ndata:"
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "written"),
+    [
+        # A Windows editor's file keeps its CRLF line ends, a BOM stays, an empty file stays empty.
+        (CM.replace(b"\n", b"\r\n"), CM_OUT.replace(b"\n", b"\r\n")),
+        (b"\xef\xbb\xbf" + CM, b"\xef\xbb\xbf" + CM_OUT),
+        (b"", b""),
+        # A tab between tokens (kubectl reads it; ruamel.yaml alone refuses it) is kept, and so is its line.
+        (CM.replace(b"name: c", b"name: c\t# tab"), CM_OUT.replace(b"name: c", b"name: c\t# tab")),
+        (CM.replace(b"k: v", b"k:\tv\t\t# tabs"), CM_OUT.replace(b"k: v", b"k:\tv\t\t# tabs")),
+        # kubectl get -o yaml's end marker, comment-only and empty documents are written as they were.
+        (
+            b"# Source: c/templates/x.yaml\n---\n---\n" + CM + b"...\n",
+            b"# Source: c/templates/x.yaml\n---\n---\n" + CM_OUT + b"...\n",
+        ),
+    ],
+)
+def test_written_files_keep_bytes_no_rule_changes(raw: bytes, written: bytes, tmp_path: Path) -> None:
+    (tmp_path / "in" / "f.yaml").parent.mkdir()
+    (tmp_path / "in" / "f.yaml").write_bytes(raw)
+    rendering = transform(load_sources([tmp_path / "in"]), Rules(plan="p", namespaces={"ml-train": "x"}))
+    rendering.write(tmp_path / "out")
+    assert (tmp_path / "out" / "f.yaml").read_bytes() == written
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "latin1.yaml").write_bytes(b"kind: ConfigMap\nmetadata: {name: caf\xe9}\n")
+    with pytest.raises(UsageError, match=r"latin1\.yaml: not readable as UTF-8 text"):
+        load_sources([tmp_path / "latin1.yaml"])
 
 
 def _workload(kind: str, status: dict, generation: int = 1, **spec: Any) -> dict:

@@ -101,7 +101,7 @@ def test_policy_of_the_profile(tmp_path: Path) -> None:
     assert result.status == Status.FAIL
     assert any(e.endswith(f"{META}preprocess:latest is :latest (name a tag or a digest)") for e in result.evidence)
     assert not any("still on the source registry" in e or "without annotation" in e for e in result.evidence)
-    assert result.measured["gpu_workloads"] == 9
+    assert result.measured["gpu_workloads"] == 10
 
     broken = """\
 apiVersion: v1
