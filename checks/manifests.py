@@ -40,7 +40,7 @@ def check_manifests_schema(rendering: Rendering, kubernetes_version: str | None,
         where = f"{doc.where} {doc.label}"
         data = doc.plain()
         try:
-            errors += [f"{where}: {error}" for error in schema_errors(data, version)]
+            errors += [f"{where}: {error}" for error in schema_errors(data, version, hide_values=doc.kind == "Secret")]
             continue
         except SchemaNotFoundError:
             pass

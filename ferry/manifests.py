@@ -10,6 +10,7 @@ Secret's value.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import difflib
@@ -431,7 +432,8 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
 
 
 def plain(node: Any) -> Any:
-    """Round-trip nodes as plain JSON-compatible Python (a timestamp as the string it was written as)."""
+    """Round-trip nodes as plain JSON-compatible Python (a timestamp as the string it was written as, `!!binary`
+    as its base64 text)."""
     if isinstance(node, dict):
         return {str(k): plain(v) for k, v in node.items()}
     if isinstance(node, list):
@@ -446,6 +448,9 @@ def plain(node: Any) -> Any:
         return float(node)
     if isinstance(node, (datetime.date, datetime.datetime)):
         return node.isoformat()
+    if isinstance(node, bytes):
+        # `!!binary` in a Secret's data or a ConfigMap's binaryData: the base64 text it was written as.
+        return base64.b64encode(node).decode("ascii")
     return node
 
 

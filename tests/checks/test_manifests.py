@@ -86,6 +86,37 @@ spec:
     assert check_manifests_schema(_render(tmp_path, unknown), "1.99", _rules()).status == Status.FAIL
 
 
+SECRETS = """\
+apiVersion: v1
+kind: Secret
+metadata: {name: db}
+data:
+  pin: 123456
+  tls.key: !!binary |
+    c3VwZXJzZWNyZXRiaW5hcnlrZXk=
+stringData:
+  port: 5432
+  nested: {password: hunter2}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: blobs}
+binaryData:
+  blob: !!binary AAECAwQ=
+"""
+
+
+def test_schema_errors_of_a_secret_never_show_its_values(tmp_path: Path) -> None:
+    result = check_manifests_schema(_render(tmp_path, SECRETS), "1.30", _rules())
+    assert result.evidence == [
+        "in.yaml#0 Secret/db: data.pin: the value is not of type 'string', 'null'",
+        "in.yaml#0 Secret/db: stringData.nested: the value is not of type 'string', 'null'",
+        "in.yaml#0 Secret/db: stringData.port: the value is not of type 'string', 'null'",
+    ]
+    # `!!binary` is the base64 text it was written as: valid data and binaryData, never its decoded bytes.
+    assert not any("supersecret" in e or "tls.key" in e or "blob" in e for e in result.evidence)
+
+
 def test_the_examples_are_valid_kubernetes_1_30() -> None:
     rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
     result = check_manifests_schema(rendering, "1.30", _rules())
