@@ -138,6 +138,17 @@ class Document:
         return isinstance(self.data, dict) and bool(self.data.get("kind")) and bool(self.data.get("apiVersion"))
 
     @property
+    def is_kustomize(self) -> bool:
+        """A kustomization file (kustomize's input, not a Kubernetes object)."""
+        return self.api_version.startswith("kustomize.config.k8s.io/")
+
+    @property
+    def applicable(self) -> bool:
+        """Whether server-side apply can take it: an object with a name, not a v1 List nor a kustomization."""
+        is_list = self.kind == "List" and self.api_version == "v1"
+        return self.is_object and not is_list and not self.is_kustomize and bool(self.name)
+
+    @property
     def kind(self) -> str:
         return str(self.data.get("kind", "")) if isinstance(self.data, dict) else ""
 
@@ -770,6 +781,11 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             )
             continue
         ctx = _Context(doc, rules, rendering.findings)
+        if doc.is_kustomize:
+            # Beside the resources it names (a kustomize folder): kustomize build is what renders them.
+            rendering.untransformed.append(f"{doc.where} {ctx.label}")
+            ctx.warn("", "a kustomization, not a Kubernetes object: left as is and not applied (render with kustomize)")
+            continue
         _urls(ctx)
         _namespaces(ctx)
         known = rules.paths_for(doc.api_version, doc.kind) is not None
@@ -778,6 +794,10 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("items", "a v1 List is not transformed nor applicable: split it into one document per object")
             continue
+        if not doc.name:
+            # Argo Workflows and Jobs meant for `kubectl create` name themselves by generateName.
+            what = "generateName without a name" if (doc.data.get("metadata") or {}).get("generateName") else "no name"
+            ctx.warn("metadata.name", f"{what}: server-side apply needs a name; rendered but not applied")
         if not known and doc.api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("", f"kind {doc.api_version} {doc.kind} has no template path: only namespace and labels mapped")

@@ -123,6 +123,7 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
     ("k8s/ingress.yaml", 0): IN_NS,
     ("k8s/hpa.yaml", 0): IN_NS,
     ("k8s/unknown.yaml", 0): IN_NS,
+    ("k8s/workflow.yaml", 0): IN_NS,
     ("k8s/existing-annotations.yaml", 0): {
         **IN_NS,
         "spec.template.spec.initContainers[0].image": f"{META}warmup:1",
@@ -159,6 +160,8 @@ FINDINGS = {
     ("k8s/ingress.yaml#0", "ingress class 'alb' of the source cloud"),
     ("k8s/ingress.yaml#0", "metadata.annotations.alb.ingress.kubernetes.io/scheme"),
     ("k8s/unknown.yaml#0", "monitoring.coreos.com/v1 ServiceMonitor has no template path"),
+    ("k8s/workflow.yaml#0", "metadata.name: generateName without a name: server-side apply needs a name"),
+    ("k8s/workflow.yaml#0", "argoproj.io/v1alpha1 Workflow has no template path"),
     ("k8s/existing-annotations.yaml#0", "by karpenter.k8s.aws/instance-gpu-name"),
     ("k8s/existing-annotations.yaml#0", "pull secret 'ecr-pull' was made for the source registry"),
     ("rendered/chart.yaml#0", "was 'Helm'; ferry manages the object now"),
@@ -207,7 +210,10 @@ def test_findings_name_file_document_and_path(rendered: tuple[dict, Any]) -> Non
         assert any(line.startswith(where) and words in line for line in lines), (where, words, lines)
     # Nothing else is reported: one finding per entry above.
     assert len(lines) == len(FINDINGS)
-    assert rendering.untransformed == ["k8s/unknown.yaml#0 ServiceMonitor/ml-train/trainer"]
+    assert rendering.untransformed == [
+        "k8s/unknown.yaml#0 ServiceMonitor/ml-train/trainer",
+        "k8s/workflow.yaml#0 Workflow/ml-train/?",
+    ]
 
 
 def test_comments_keep_their_bytes_and_unchanged_lines_stay(rendered: tuple[dict, Any]) -> None:
