@@ -12,6 +12,7 @@ from ferry.manifests import (
     Rules,
     containers,
     is_gpu_workload,
+    leaves,
     load_sources,
     pod_templates,
     rewrite_image,
@@ -60,8 +61,8 @@ def check_manifests_schema(rendering: Rendering, kubernetes_version: str | None,
 
 
 def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
-    """The profile's policy: annotations on every GPU workload, no image on the source registry, no :latest,
-    every moved image pinned by digest when the images phase published a digest map."""
+    """The profile's policy: annotations on every GPU workload, no image on the source registry (in any `image`
+    field), no :latest, every moved image pinned by digest when the images phase published a digest map."""
     problems = []
     templates = workloads = 0
     targets = tuple(prefix.rstrip("/") + "/" for prefix in rules.images.values())
@@ -80,13 +81,20 @@ def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
             for at, container in containers(template):
                 image = str(container.get("image", ""))
                 at = f"{path}.{at}" if path else at
-                if rewrite_image(image, rules.images) is not None:
-                    problems.append(f"{where}: {at}.image: {image} is still on the source registry")
                 last = image.rsplit("/", 1)[-1]
                 if "@" not in last and (":" not in last or last.endswith(":latest")):
                     problems.append(f"{where}: {at}.image: {image} is :latest (name a tag or a digest)")
                 if rules.digests and image.startswith(targets) and "@sha256:" not in image:
                     problems.append(f"{where}: {at}.image: {image} is not pinned by digest (not in the digest map)")
+        # Any image field, pod template or not (an InferenceService's model, an Argo step, an operator's CR).
+        problems += [
+            f"{where}: {path}: {value} is still on the source registry"
+            for path, value in leaves(doc.data)
+            if doc.is_object
+            and path.rpartition(".")[2] == "image"
+            and isinstance(value, str)
+            and rewrite_image(value, rules.images)
+        ]
     measured = {"pod_templates": templates, "gpu_workloads": workloads, "violations": len(problems)}
     return CheckResult(
         "manifests.policy", Status.FAIL if problems else Status.PASS, measured, {"violations": 0}, problems

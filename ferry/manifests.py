@@ -483,6 +483,18 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every scalar in a document (`a.b[0].c`), in document order."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaves(value, _join(path, str(key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from leaves(value, f"{path}[{i}]")
+    else:
+        yield path, node
+
+
 def resolve(node: Any, dotted: str) -> Iterator[tuple[str, Any]]:
     """(concrete path, node) for each match of a dotted path: `*` any map key, `name[]` every list item."""
     segments = dotted.split(".") if dotted else []
@@ -723,20 +735,12 @@ def _urls(ctx: _Context) -> None:
         "|".join(rf"\.{re.escape(ns)}\.svc\b|://[\w.-]+\.{re.escape(ns)}(?=[:/]|$)" for ns in ctx.rules.namespaces)
     )
 
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, _join(path, str(key)))
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, f"{path}[{i}]")
-        elif isinstance(node, str) and (match := pattern.search(node)):
+    for path, node in leaves(ctx.doc.data):
+        if isinstance(node, str) and (match := pattern.search(node)):
             old = match.group(0).split(".")[1] if match.group(0).startswith(".") else match.group(0).rsplit(".", 1)[1]
             ctx.warn(
                 path, f"names the old namespace {old!r} in a service address; it becomes {ctx.rules.namespaces[old]!r}"
             )
-
-    walk(ctx.doc.data, "")
 
 
 def _object_rules(ctx: _Context) -> None:

@@ -154,9 +154,36 @@ spec:
     evidence = check_manifests_policy(rendering, _rules()).evidence
     assert evidence == [
         "in.yaml#0 Pod/p: metadata: GPU workload without annotation compute.meta.com/interconnect: roce-v2",
+        "in.yaml#0 Pod/p: spec.containers[1].image: python is :latest (name a tag or a digest)",
         "in.yaml#0 Pod/p: spec.containers[0].image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1 is still "
         "on the source registry",
-        "in.yaml#0 Pod/p: spec.containers[1].image: python is :latest (name a tag or a digest)",
+    ]
+    # Kinds no template path covers keep their images where they were: the policy finds every `image` field.
+    serving = """\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {name: llama3, namespace: ml-serve}
+spec:
+  predictor:
+    model:
+      modelFormat: {name: huggingface}
+      image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/kserve-hf:v0.13
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {generateName: train-}
+spec:
+  templates:
+  - name: prep
+    container: {image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/prep:3.1}
+  - name: other
+    container: {image: 210987654321.dkr.ecr.us-east-1.amazonaws.com/ml/prep:3.1}
+"""
+    assert check_manifests_policy(_render(tmp_path, serving), _rules()).evidence == [
+        "in.yaml#0 InferenceService/ml-serve/llama3: spec.predictor.model.image: "
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/kserve-hf:v0.13 is still on the source registry",
+        "in.yaml#1 Workflow/?: spec.templates[0].container.image: "
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/prep:3.1 is still on the source registry",
     ]
 
 
