@@ -542,11 +542,26 @@ def containers(template: dict) -> Iterator[tuple[str, dict]]:
                 yield f"spec.{kind}[{i}]", container
 
 
+def _none(quantity: Any) -> bool:
+    try:
+        return float(str(quantity)) == 0
+    except ValueError:
+        return False
+
+
 def _requests(container: dict) -> set[str]:
+    """The resources a container asks for: in its limits or requests, with a quantity other than zero (a chart's
+    CPU flavour renders `nvidia.com/gpu: 0`)."""
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return set()
-    return {str(name) for part in ("limits", "requests") for name in (resources.get(part) or {})}
+    return {
+        str(name)
+        for part in ("limits", "requests")
+        if isinstance(resources.get(part), dict)
+        for name, quantity in resources[part].items()
+        if not _none(quantity)
+    }
 
 
 def is_gpu_workload(template: dict, gpu_resource: str) -> bool:

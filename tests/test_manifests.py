@@ -111,6 +111,7 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
         "spec.replicatedJobs[0].template.spec.template.spec.containers[0].image": f"{META}sweep:3",
         **gpu("spec.replicatedJobs[0].template.spec.template"),
     },
+    ("k8s/cpu-flavour.yaml", 0): {**IN_NS, C0: f"{META}embedder:1.0"},  # nvidia.com/gpu: 0, no annotations
     ("k8s/lookalikes.yaml", 0): IN_NS,
     ("k8s/pvc.yaml", 0): IN_NS,
     ("k8s/pvc.yaml", 1): {**IN_NS, "spec.storageClassName": "meta-block-ssd"},
