@@ -79,8 +79,12 @@ def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
                     if annotations.get(key) != value
                 ]
             for at, container in containers(template):
-                image = str(container.get("image", ""))
+                image = container.get("image")
                 at = f"{path}.{at}" if path else at
+                if not isinstance(image, str) or not image:
+                    # The schema lets it be left out; the API server does not.
+                    problems.append(f"{where}: {at}.image: no image")
+                    continue
                 last = image.rsplit("/", 1)[-1]
                 if "@" not in last and (":" not in last or last.endswith(":latest")):
                     problems.append(f"{where}: {at}.image: {image} is :latest (name a tag or a digest)")

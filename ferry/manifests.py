@@ -207,10 +207,14 @@ class SourceFile:
         if rendered == self.baseline:
             return self.raw
         spliced = _splice(self.raw, self.baseline, rendered)
-        # Spliced lines must say what ruamel.yaml wrote, document for document (empty ones aside).
-        if spliced is None or _objects(spliced, self.indent) != _objects(rendered, self.indent):
+        if spliced is None:
             return rendered
-        return spliced
+        # Spliced lines must say what ruamel.yaml wrote, document for document (empty ones aside).
+        try:
+            same = _objects(spliced, self.indent) == _objects(rendered, self.indent)
+        except YAMLError:
+            same = False
+        return spliced if same else rendered
 
 
 @dataclass

@@ -331,6 +331,8 @@ CM_OUT = CM.replace(b"ml-train", b"x").replace(
         # A tab between tokens (kubectl reads it; ruamel.yaml alone refuses it) is kept, and so is its line.
         (CM.replace(b"name: c", b"name: c\t# tab"), CM_OUT.replace(b"name: c", b"name: c\t# tab")),
         (CM.replace(b"k: v", b"k:\tv\t\t# tabs"), CM_OUT.replace(b"k: v", b"k:\tv\t\t# tabs")),
+        # `labels: null` has no line the new labels can go under: ruamel.yaml's writing of the file is kept.
+        (CM.replace(b"\ndata:", b"\n  labels: null\ndata:"), CM_OUT),
         # kubectl get -o yaml's end marker, comment-only and empty documents are written as they were.
         (
             b"# Source: c/templates/x.yaml\n---\n---\n" + CM + b"...\n",

@@ -145,6 +145,8 @@ spec:
     resources: {limits: {nvidia.com/gpu: 1}}
   - name: b
     image: python
+  - name: c
+    image:
 """
     rendering = _render(tmp_path, broken)
     rendering.documents[0].data["spec"]["containers"][0]["image"] = (
@@ -155,6 +157,7 @@ spec:
     assert evidence == [
         "in.yaml#0 Pod/p: metadata: GPU workload without annotation compute.meta.com/interconnect: roce-v2",
         "in.yaml#0 Pod/p: spec.containers[1].image: python is :latest (name a tag or a digest)",
+        "in.yaml#0 Pod/p: spec.containers[2].image: no image",
         "in.yaml#0 Pod/p: spec.containers[0].image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1 is still "
         "on the source registry",
     ]
