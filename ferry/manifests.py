@@ -240,6 +240,15 @@ class Rendering:
                     "rename one or list them in different sources entries"
                 )
             seen[file.relative] = file.path
+        sources = {file.path.resolve() for file in self.files}
+        for file in self.files:
+            if (out_dir / file.relative).resolve() in sources:
+                raise UsageError(
+                    f"{out_dir}: rendering there would overwrite the source {out_dir / file.relative}: "
+                    "choose an output folder outside the sources"
+                )
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UsageError(f"{out_dir}: not a folder (the rendered files go under it)")
         written = []
         for file in self.files:
             target = out_dir / file.relative
