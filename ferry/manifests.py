@@ -797,6 +797,21 @@ def _object_rules(ctx: _Context) -> None:
         ctx.warn("provisioner", f"provisioner {data['provisioner']!r} of the source cloud")
 
 
+def _uncovered(ctx: _Context) -> None:
+    """In a kind no rule covers (Argo Workflows, operators' resources), the storage classes and the source cloud's
+    node selectors that a covered kind would have had mapped or warned about, by path."""
+    for path, value in leaves(ctx.doc.data):
+        key = path.rpartition(".")[2]
+        if key == "storageClassName" and isinstance(value, str) and value:
+            target = ctx.rules.storage_classes.get(value)
+            mapped = f"the target's is {target!r}" if target else "nor mapped to one of the target"
+            ctx.warn(path, f"storage class {value!r} in a kind no rule covers: not changed ({mapped})")
+        elif ".nodeSelector." in f".{path}":
+            label = path.split("nodeSelector.", 1)[1]
+            if label.startswith(_CLOUD_NODE_LABELS):
+                ctx.warn(path, "selects the source cloud's nodes")
+
+
 def transform(files: list[SourceFile], rules: Rules) -> Rendering:
     """Rewrite every document in place for the target; return what could not be carried over."""
     rendering = Rendering(files)
@@ -833,6 +848,7 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
         if not known and doc.api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("", f"kind {doc.api_version} {doc.kind} has no template path: only namespace and labels mapped")
+            _uncovered(ctx)
         else:
             _object_rules(ctx)
             for path, template in pod_templates(doc.data, rules):

@@ -163,6 +163,12 @@ FINDINGS = {
     ("k8s/unknown.yaml#0", "monitoring.coreos.com/v1 ServiceMonitor has no template path"),
     ("k8s/workflow.yaml#0", "metadata.name: generateName without a name: server-side apply needs a name"),
     ("k8s/workflow.yaml#0", "argoproj.io/v1alpha1 Workflow has no template path"),
+    # What a covered kind would have had mapped or warned about, in a kind no rule covers.
+    (
+        "k8s/workflow.yaml#0",
+        "spec.volumeClaimTemplates[0].spec.storageClassName: storage class 'gp3' in a kind no rule",
+    ),
+    ("k8s/workflow.yaml#0", "spec.templates[0].nodeSelector.node.kubernetes.io/instance-type: selects the source"),
     ("k8s/existing-annotations.yaml#0", "by karpenter.k8s.aws/instance-gpu-name"),
     ("k8s/existing-annotations.yaml#0", "pull secret 'ecr-pull' was made for the source registry"),
     ("rendered/chart.yaml#0", "was 'Helm'; ferry manages the object now"),
