@@ -11,6 +11,7 @@ Secret's value.
 from __future__ import annotations
 
 import base64
+import collections
 import copy
 import datetime
 import difflib
@@ -636,7 +637,16 @@ def _metadata(node: dict, position: int | None = None) -> dict:
 
 
 def _set(node: dict, key: str, value: str) -> None:
-    """node[key] = value, quoted as the old value was (a double-quoted image stays double-quoted)."""
+    """node[key] = value, quoted as the old value was (a double-quoted image stays double-quoted), and where the
+    old value was written when it came in by a `<<: *anchor` merge (so the merge stays a merge)."""
+    if isinstance(node, CommentedMap) and node.merge and key not in dict(node.non_merged_items()):
+        source = next((merged for merged in node.merge if key in merged), None)
+        if source is not None:
+            _set(source, key, value)
+            # The merged-in copy the map holds, refreshed without making the key its own (ruamel.yaml 0.19's
+            # update_key_value fails on its own merge list).
+            collections.OrderedDict.__setitem__(node, key, source[key])
+            return
     old = node.get(key)
     node[key] = type(old)(value) if isinstance(old, ScalarString) else value
 

@@ -354,6 +354,26 @@ def test_written_files_keep_bytes_no_rule_changes(raw: bytes, written: bytes, tm
     assert (tmp_path / "out" / "f.yaml").read_bytes() == written
 
 
+def test_a_value_merged_in_by_an_anchor_changes_where_the_anchor_defines_it(tmp_path: Path) -> None:
+    text = f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+  - &base
+    name: a
+    image: {ECR}worker:1.0
+  - <<: *base
+    name: b
+"""
+    (tmp_path / "p.yaml").write_text(text, encoding="utf-8")
+    rendering = transform(load_sources([tmp_path / "p.yaml"]), Rules(plan="p", images={ECR: META}))
+    assert [c["image"] for c in rendering.documents[0].plain()["spec"]["containers"]] == [f"{META}worker:1.0"] * 2
+    # The merge stays a merge: b gets no image of its own.
+    assert rendering.files[0].text().endswith("  - <<: *base\n    name: b\n")
+
+
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "latin1.yaml").write_bytes(b"kind: ConfigMap\nmetadata: {name: caf\xe9}\n")
     with pytest.raises(UsageError, match=r"latin1\.yaml: not readable as UTF-8 text"):
