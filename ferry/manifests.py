@@ -73,6 +73,7 @@ _CLOUD_METADATA = {
     "networking.gke.io/": "a GKE networking setting",
     "cloud.google.com/": "a Google Cloud setting",
     "eks.amazonaws.com/role-arn": "an IRSA role (AWS workload identity)",
+    "eks.amazonaws.com/": "an EKS setting",
     "azure.workload.identity/": "Azure workload identity",
     "iam.gke.io/": "GKE workload identity",
 }
@@ -688,9 +689,20 @@ def _cloud_metadata(ctx: _Context, meta: Any, path: str) -> None:
         return
     for part in ("annotations", "labels"):
         for key in meta.get(part) or {}:
-            for prefix, what in _CLOUD_METADATA.items():
-                if str(key).startswith(prefix):
-                    ctx.warn(_join(path, f"metadata.{part}.{key}"), f"{what}: no rule carries it to the target")
+            # The first, most specific, prefix names it.
+            what = next((what for prefix, what in _CLOUD_METADATA.items() if str(key).startswith(prefix)), None)
+            if what is not None:
+                ctx.warn(_join(path, f"metadata.{part}.{key}"), f"{what}: no rule carries it to the target")
+
+
+def _cloud_volume(ctx: _Context, volume: dict, path: str) -> None:
+    """A pod's volume or a PersistentVolume's spec that only the source cloud serves (its disks, its CSI drivers)."""
+    for kind in _CLOUD_VOLUMES:
+        if kind in volume:
+            ctx.warn(f"{path}.{kind}", "a volume of the source cloud")
+    driver = (volume.get("csi") or {}).get("driver", "")
+    if str(driver).endswith(_CLOUD_CSI):
+        ctx.warn(f"{path}.csi.driver", f"CSI driver {driver!r} of the source cloud")
 
 
 def _storage_class(ctx: _Context, spec: Any, path: str) -> None:
@@ -744,12 +756,7 @@ def _template(ctx: _Context, path: str, template: dict) -> None:
             if not isinstance(volume, dict):
                 continue
             at = _join(path, f"spec.volumes[{i}]")
-            for kind in _CLOUD_VOLUMES:
-                if kind in volume:
-                    ctx.warn(f"{at}.{kind}", "a volume of the source cloud")
-            driver = (volume.get("csi") or {}).get("driver", "")
-            if str(driver).endswith(_CLOUD_CSI):
-                ctx.warn(f"{at}.csi.driver", f"CSI driver {driver!r} of the source cloud")
+            _cloud_volume(ctx, volume, at)
             ephemeral = (volume.get("ephemeral") or {}).get("volumeClaimTemplate") or {}
             _storage_class(ctx, ephemeral.get("spec"), f"{at}.ephemeral.volumeClaimTemplate.spec")
     _cloud_metadata(ctx, template.get("metadata"), path)
@@ -797,10 +804,15 @@ def _object_rules(ctx: _Context) -> None:
                 _storage_class(ctx, claim.get("spec"), f"spec.volumeClaimTemplates[{i}].spec")
         if kind == "Ingress" and spec.get("ingressClassName") in _CLOUD_INGRESS_CLASSES:
             ctx.warn("spec.ingressClassName", f"ingress class {spec['ingressClassName']!r} of the source cloud")
+        if kind == "PersistentVolume":
+            _cloud_volume(ctx, spec, "spec")
         if kind == "Service" and str(spec.get("loadBalancerClass", "")).startswith(
             ("service.k8s.aws/", "eks.amazonaws.com/")
         ):
             ctx.warn("spec.loadBalancerClass", "a load balancer of the source cloud")
+    legacy = ((data.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/ingress.class")
+    if kind == "Ingress" and legacy in _CLOUD_INGRESS_CLASSES:
+        ctx.warn("metadata.annotations.kubernetes.io/ingress.class", f"ingress class {legacy!r} of the source cloud")
     if kind == "StorageClass" and str(data.get("provisioner", "")).endswith(
         (*_CLOUD_CSI, "kubernetes.io/aws-ebs", "kubernetes.io/azure-disk", "kubernetes.io/gce-pd")
     ):
