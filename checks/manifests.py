@@ -16,6 +16,7 @@ from ferry.manifests import (
     load_sources,
     pod_templates,
     rewrite_image,
+    sub_map,
 )
 from ferry.results import CheckResult, Status
 
@@ -72,7 +73,7 @@ def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
             templates += 1
             if is_gpu_workload(template, rules.gpu_resource):
                 workloads += 1
-                annotations = (template.get("metadata") or {}).get("annotations") or {}
+                annotations = sub_map(sub_map(template, "metadata"), "annotations")
                 problems += [
                     f"{where}: {path or 'metadata'}: GPU workload without annotation {key}: {value}"
                     for key, value in rules.pod_annotations.items()

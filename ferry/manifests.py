@@ -498,6 +498,19 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def sub_map(node: Any, key: str) -> dict:
+    """node[key] when both are maps, else an empty map: a field of the wrong type is the schema check's to name,
+    never a crash of the transforms."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def sub_list(node: Any, key: str) -> list:
+    """node[key] when node is a map and it a list, else an empty list (see sub_map)."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, list) else []
+
+
 def leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
     """(path, value) of every scalar in a document (`a.b[0].c`), in document order."""
     if isinstance(node, dict):
@@ -552,7 +565,7 @@ def containers(template: dict) -> Iterator[tuple[str, dict]]:
     if not isinstance(spec, dict):
         return
     for kind in CONTAINER_LISTS:
-        for i, container in enumerate(spec.get(kind) or []):
+        for i, container in enumerate(sub_list(spec, kind)):
             if isinstance(container, dict):
                 yield f"spec.{kind}[{i}]", container
 
@@ -567,14 +580,11 @@ def _none(quantity: Any) -> bool:
 def _requests(container: dict) -> set[str]:
     """The resources a container asks for: in its limits or requests, with a quantity other than zero (a chart's
     CPU flavour renders `nvidia.com/gpu: 0`)."""
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return set()
+    resources = sub_map(container, "resources")
     return {
         str(name)
         for part in ("limits", "requests")
-        if isinstance(resources.get(part), dict)
-        for name, quantity in resources[part].items()
+        for name, quantity in sub_map(resources, part).items()
         if not _none(quantity)
     }
 
@@ -660,18 +670,22 @@ def _map(meta: dict, key: str) -> dict:
     return found
 
 
+def _mapped(value: Any, mapping: dict[str, str]) -> bool:
+    return isinstance(value, str) and value in mapping
+
+
 def _namespaces(ctx: _Context) -> None:
     data, mapping = ctx.doc.data, ctx.rules.namespaces
     meta = data.get("metadata")
     if isinstance(meta, dict):
-        if meta.get("namespace") in mapping:
+        if _mapped(meta.get("namespace"), mapping):
             _set(meta, "namespace", mapping[meta["namespace"]])
-        if ctx.doc.kind == "Namespace" and meta.get("name") in mapping:
+        if ctx.doc.kind == "Namespace" and _mapped(meta.get("name"), mapping):
             _set(meta, "name", mapping[meta["name"]])
     if ctx.doc.kind in ("RoleBinding", "ClusterRoleBinding"):
-        for subject in data.get("subjects") or []:
+        for subject in sub_list(data, "subjects"):
             is_account = isinstance(subject, dict) and subject.get("kind") == "ServiceAccount"
-            if is_account and subject.get("namespace") in mapping:
+            if is_account and _mapped(subject.get("namespace"), mapping):
                 _set(subject, "namespace", mapping[subject["namespace"]])
 
 
@@ -688,7 +702,7 @@ def _cloud_metadata(ctx: _Context, meta: Any, path: str) -> None:
     if not isinstance(meta, dict):
         return
     for part in ("annotations", "labels"):
-        for key in meta.get(part) or {}:
+        for key in sub_map(meta, part):
             # The first, most specific, prefix names it.
             what = next((what for prefix, what in _CLOUD_METADATA.items() if str(key).startswith(prefix)), None)
             if what is not None:
@@ -700,7 +714,7 @@ def _cloud_volume(ctx: _Context, volume: dict, path: str) -> None:
     for kind in _CLOUD_VOLUMES:
         if kind in volume:
             ctx.warn(f"{path}.{kind}", "a volume of the source cloud")
-    driver = (volume.get("csi") or {}).get("driver", "")
+    driver = sub_map(volume, "csi").get("driver", "")
     if str(driver).endswith(_CLOUD_CSI):
         ctx.warn(f"{path}.csi.driver", f"CSI driver {driver!r} of the source cloud")
 
@@ -709,9 +723,9 @@ def _storage_class(ctx: _Context, spec: Any, path: str) -> None:
     if not isinstance(spec, dict) or spec.get("storageClassName") is None:
         return
     name, mapping = spec["storageClassName"], ctx.rules.storage_classes
-    if name in mapping:
+    if _mapped(name, mapping):
         _set(spec, "storageClassName", mapping[name])
-    elif name not in mapping.values():
+    elif not isinstance(name, str) or name not in mapping.values():
         ctx.warn(_join(path, "storageClassName"), f"storage class {name!r} is not mapped to one of the target")
 
 
@@ -732,10 +746,10 @@ def _template(ctx: _Context, path: str, template: dict) -> None:
             ctx.warn(f"{at}.resources", f"resource {name!r} is not mapped: the target may not offer it")
     spec = template.get("spec")
     if isinstance(spec, dict):
-        for key in spec.get("nodeSelector") or {}:
+        for key in sub_map(spec, "nodeSelector"):
             if str(key).startswith(_CLOUD_NODE_LABELS):
                 ctx.warn(_join(path, f"spec.nodeSelector.{key}"), "selects the source cloud's nodes")
-        affinity = spec.get("affinity") or {}
+        affinity = sub_map(spec, "affinity")
         for term_path, expression in resolve(
             affinity,
             "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions[]",
@@ -746,18 +760,18 @@ def _template(ctx: _Context, path: str, template: dict) -> None:
                     f"selects the source cloud's nodes by {expression['key']}",
                 )
         if moved:
-            for i, secret in enumerate(spec.get("imagePullSecrets") or []):
+            for i, secret in enumerate(sub_list(spec, "imagePullSecrets")):
                 name = secret.get("name") if isinstance(secret, dict) else secret
                 ctx.warn(
                     _join(path, f"spec.imagePullSecrets[{i}]"),
                     f"pull secret {name!r} was made for the source registry; the target registry needs its own",
                 )
-        for i, volume in enumerate(spec.get("volumes") or []):
+        for i, volume in enumerate(sub_list(spec, "volumes")):
             if not isinstance(volume, dict):
                 continue
             at = _join(path, f"spec.volumes[{i}]")
             _cloud_volume(ctx, volume, at)
-            ephemeral = (volume.get("ephemeral") or {}).get("volumeClaimTemplate") or {}
+            ephemeral = sub_map(sub_map(volume, "ephemeral"), "volumeClaimTemplate")
             _storage_class(ctx, ephemeral.get("spec"), f"{at}.ephemeral.volumeClaimTemplate.spec")
     _cloud_metadata(ctx, template.get("metadata"), path)
     if rules.pod_annotations and is_gpu_workload(template, rules.gpu_resource):
@@ -794,15 +808,15 @@ def _object_rules(ctx: _Context) -> None:
     spec = data.get("spec")
     if kind == "PersistentVolumeClaim":
         _storage_class(ctx, spec, "spec")
-        annotations = (data.get("metadata") or {}).get("annotations") or {}
+        annotations = sub_map(sub_map(data, "metadata"), "annotations")
         old = "volume.beta.kubernetes.io/storage-class"
-        if old in annotations and annotations[old] in ctx.rules.storage_classes:
+        if _mapped(annotations.get(old), ctx.rules.storage_classes):
             _set(annotations, old, ctx.rules.storage_classes[annotations[old]])
     if isinstance(spec, dict):
-        for i, claim in enumerate(spec.get("volumeClaimTemplates") or []):
+        for i, claim in enumerate(sub_list(spec, "volumeClaimTemplates")):
             if isinstance(claim, dict):
                 _storage_class(ctx, claim.get("spec"), f"spec.volumeClaimTemplates[{i}].spec")
-        if kind == "Ingress" and spec.get("ingressClassName") in _CLOUD_INGRESS_CLASSES:
+        if kind == "Ingress" and str(spec.get("ingressClassName")) in _CLOUD_INGRESS_CLASSES:
             ctx.warn("spec.ingressClassName", f"ingress class {spec['ingressClassName']!r} of the source cloud")
         if kind == "PersistentVolume":
             _cloud_volume(ctx, spec, "spec")
@@ -810,8 +824,8 @@ def _object_rules(ctx: _Context) -> None:
             ("service.k8s.aws/", "eks.amazonaws.com/")
         ):
             ctx.warn("spec.loadBalancerClass", "a load balancer of the source cloud")
-    legacy = ((data.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/ingress.class")
-    if kind == "Ingress" and legacy in _CLOUD_INGRESS_CLASSES:
+    legacy = sub_map(sub_map(data, "metadata"), "annotations").get("kubernetes.io/ingress.class")
+    if kind == "Ingress" and str(legacy) in _CLOUD_INGRESS_CLASSES:
         ctx.warn("metadata.annotations.kubernetes.io/ingress.class", f"ingress class {legacy!r} of the source cloud")
     if kind == "StorageClass" and str(data.get("provisioner", "")).endswith(
         (*_CLOUD_CSI, "kubernetes.io/aws-ebs", "kubernetes.io/azure-disk", "kubernetes.io/gce-pd")
@@ -865,7 +879,7 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             continue
         if not doc.name:
             # Argo Workflows and Jobs meant for `kubectl create` name themselves by generateName.
-            what = "generateName without a name" if (doc.data.get("metadata") or {}).get("generateName") else "no name"
+            what = "generateName without a name" if sub_map(doc.data, "metadata").get("generateName") else "no name"
             ctx.warn("metadata.name", f"{what}: server-side apply needs a name; rendered but not applied")
         if not known and doc.api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
@@ -909,27 +923,30 @@ def references(data: Any, rules: Rules) -> set[tuple[str, str]]:
     """(kind, name) of every ConfigMap and Secret the object's pod templates reference."""
     found: set[tuple[str, str]] = set()
     for _, template in pod_templates(data, rules):
-        spec = template.get("spec") or {}
-        found |= {("Secret", str(s["name"])) for s in spec.get("imagePullSecrets") or [] if isinstance(s, dict)}
-        for volume in spec.get("volumes") or []:
-            if (volume.get("configMap") or {}).get("name"):
+        spec = sub_map(template, "spec")
+        found |= {
+            ("Secret", str(s["name"]))
+            for s in sub_list(spec, "imagePullSecrets")
+            if isinstance(s, dict) and s.get("name")
+        }
+        for volume in sub_list(spec, "volumes"):
+            if sub_map(volume, "configMap").get("name"):
                 found.add(("ConfigMap", str(volume["configMap"]["name"])))
-            if (volume.get("secret") or {}).get("secretName"):
+            if sub_map(volume, "secret").get("secretName"):
                 found.add(("Secret", str(volume["secret"]["secretName"])))
-            for source in (volume.get("projected") or {}).get("sources") or []:
+            for source in sub_list(sub_map(volume, "projected"), "sources"):
                 for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
-                    if (source.get(key) or {}).get("name"):
+                    if sub_map(source, key).get("name"):
                         found.add((kind, str(source[key]["name"])))
         for _, container in containers(template):
-            for ref in container.get("envFrom") or []:
+            for ref in sub_list(container, "envFrom"):
                 for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
-                    if (ref.get(key) or {}).get("name"):
+                    if sub_map(ref, key).get("name"):
                         found.add((kind, str(ref[key]["name"])))
-            for env in container.get("env") or []:
-                source = env.get("valueFrom") or {}
+            for env in sub_list(container, "env"):
                 for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
-                    if (source.get(key) or {}).get("name"):
-                        found.add((kind, str(source[key]["name"])))
+                    if sub_map(sub_map(env, "valueFrom"), key).get("name"):
+                        found.add((kind, str(env["valueFrom"][key]["name"])))
     return found
 
 

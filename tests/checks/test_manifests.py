@@ -8,7 +8,7 @@ import pytest
 
 from checks.kube_schema import SchemaNotFoundError, schema_errors
 from checks.manifests import check_manifests_policy, check_manifests_schema, check_manifests_warnings
-from ferry.manifests import Rendering, load_sources, transform
+from ferry.manifests import Rendering, load_sources, references, transform
 from ferry.results import Status
 from tests.test_manifests import EXAMPLES, META, _rules
 
@@ -197,3 +197,39 @@ def test_warnings_are_counted_against_the_limit() -> None:
     assert check_manifests_warnings(rendering, count).status == Status.WARN
     assert check_manifests_warnings(rendering, count - 1).status == Status.FAIL
     assert check_manifests_warnings(Rendering([]), 0).status == Status.PASS
+
+
+POD = "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ml-train, {meta}}}\nspec: {{{spec}}}\n"
+
+
+@pytest.mark.parametrize(
+    ("meta", "spec", "error"),
+    [
+        ("finalizers: 5", "containers: [{name: c, image: 'x:1'}]", "metadata.finalizers: 5 is not of type"),
+        ("annotations: x", "containers: [{name: c, image: 'x:1'}]", "metadata.annotations: 'x' is not of type"),
+        ("x: 1", "containers: 5", "spec.containers: 5 is not of type 'array'"),
+        ("x: 1", "nodeSelector: 5, containers: []", "spec.nodeSelector: 5 is not of type"),
+        ("x: 1", "imagePullSecrets: [{a: b}], containers: []", "spec.imagePullSecrets.0: Additional properties"),
+        ("x: 1", "volumes: [{name: v, csi: x}], containers: []", "spec.volumes.0.csi: 'x' is not of type"),
+        ("x: 1", "containers: [{name: c, image: 'x:1', env: x}]", "spec.containers.0.env: 'x' is not of type"),
+        ("x: 1", "containers: [{name: c, image: 'x:1', resources: {limits: 5}}]", "resources.limits: 5 is not of"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_a_schema_error_not_a_crash(
+    meta: str, spec: str, error: str, tmp_path: Path
+) -> None:
+    rendering = _render(tmp_path, POD.format(meta=meta, spec=spec))
+    # Before, the transforms, the policy or the references of the rollout raised on these (an internal error).
+    check_manifests_policy(rendering, _rules())
+    references(rendering.documents[0].plain(), _rules())
+    rendering.files[0].text()
+    result = check_manifests_schema(rendering, "1.30", _rules())
+    assert result.status == Status.FAIL and any(error in e for e in result.evidence), result.evidence
+
+
+def test_namespaces_and_storage_classes_of_the_wrong_type_are_left_to_the_schema(tmp_path: Path) -> None:
+    pvc = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: c, namespace: [ml-train]}\n"
+    rendering = _render(tmp_path, pvc + "spec: {storageClassName: [gp3]}\n")
+    errors = check_manifests_schema(rendering, "1.30", _rules()).evidence
+    assert any("metadata.namespace: ['ml-train'] is not of type" in e for e in errors)
+    assert any("spec.storageClassName: ['gp3'] is not of type" in e for e in errors)
