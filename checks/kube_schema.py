@@ -53,8 +53,16 @@ def _validator(name: str, version: str) -> jsonschema.protocols.Validator | None
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
 
 
-def schema_errors(doc: dict, version: str | None, schema: str | None = None) -> list[str]:
-    """Every violation of doc against the strict schema of its kind (or the named one): `path: message` each.
+def _message(error: jsonschema.ValidationError, hide_values: bool) -> str:
+    # jsonschema names the offending value first ("'x' is not of type ..."); a Secret's value must not be shown.
+    if hide_values:
+        return error.message.replace(repr(error.instance), "the value")
+    return error.message
+
+
+def schema_errors(doc: dict, version: str | None, schema: str | None = None, hide_values: bool = False) -> list[str]:
+    """Every violation of doc against the strict schema of its kind (or the named one): `path: message` each,
+    with `the value` for the offending value when hide_values (a Secret's).
 
     Raises SchemaNotFoundError when the version has no schema for the kind (a custom resource).
     """
@@ -64,4 +72,4 @@ def schema_errors(doc: dict, version: str | None, schema: str | None = None) -> 
     if validator is None:
         raise SchemaNotFoundError(kind, found, api_version)
     errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
-    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {_message(e, hide_values)}" for e in errors]

@@ -12,9 +12,11 @@ from ferry.manifests import (
     Rules,
     containers,
     is_gpu_workload,
+    leaves,
     load_sources,
     pod_templates,
     rewrite_image,
+    sub_map,
 )
 from ferry.results import CheckResult, Status
 
@@ -40,7 +42,7 @@ def check_manifests_schema(rendering: Rendering, kubernetes_version: str | None,
         where = f"{doc.where} {doc.label}"
         data = doc.plain()
         try:
-            errors += [f"{where}: {error}" for error in schema_errors(data, version)]
+            errors += [f"{where}: {error}" for error in schema_errors(data, version, hide_values=doc.kind == "Secret")]
             continue
         except SchemaNotFoundError:
             pass
@@ -60,8 +62,8 @@ def check_manifests_schema(rendering: Rendering, kubernetes_version: str | None,
 
 
 def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
-    """The profile's policy: annotations on every GPU workload, no image on the source registry, no :latest,
-    every moved image pinned by digest when the images phase published a digest map."""
+    """The profile's policy: annotations on every GPU workload, no image on the source registry (in any `image`
+    field), no :latest, every moved image pinned by digest when the images phase published a digest map."""
     problems = []
     templates = workloads = 0
     targets = tuple(prefix.rstrip("/") + "/" for prefix in rules.images.values())
@@ -71,22 +73,33 @@ def check_manifests_policy(rendering: Rendering, rules: Rules) -> CheckResult:
             templates += 1
             if is_gpu_workload(template, rules.gpu_resource):
                 workloads += 1
-                annotations = (template.get("metadata") or {}).get("annotations") or {}
+                annotations = sub_map(sub_map(template, "metadata"), "annotations")
                 problems += [
                     f"{where}: {path or 'metadata'}: GPU workload without annotation {key}: {value}"
                     for key, value in rules.pod_annotations.items()
                     if annotations.get(key) != value
                 ]
             for at, container in containers(template):
-                image = str(container.get("image", ""))
+                image = container.get("image")
                 at = f"{path}.{at}" if path else at
-                if rewrite_image(image, rules.images) is not None:
-                    problems.append(f"{where}: {at}.image: {image} is still on the source registry")
+                if not isinstance(image, str) or not image:
+                    # The schema lets it be left out; the API server does not.
+                    problems.append(f"{where}: {at}.image: no image")
+                    continue
                 last = image.rsplit("/", 1)[-1]
                 if "@" not in last and (":" not in last or last.endswith(":latest")):
                     problems.append(f"{where}: {at}.image: {image} is :latest (name a tag or a digest)")
                 if rules.digests and image.startswith(targets) and "@sha256:" not in image:
                     problems.append(f"{where}: {at}.image: {image} is not pinned by digest (not in the digest map)")
+        # Any image field, pod template or not (an InferenceService's model, an Argo step, an operator's CR).
+        problems += [
+            f"{where}: {path}: {value} is still on the source registry"
+            for path, value in leaves(doc.data)
+            if doc.is_object
+            and path.rpartition(".")[2] == "image"
+            and isinstance(value, str)
+            and rewrite_image(value, rules.images)
+        ]
     measured = {"pod_templates": templates, "gpu_workloads": workloads, "violations": len(problems)}
     return CheckResult(
         "manifests.policy", Status.FAIL if problems else Status.PASS, measured, {"violations": 0}, problems

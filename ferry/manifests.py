@@ -10,6 +10,8 @@ Secret's value.
 
 from __future__ import annotations
 
+import base64
+import collections
 import copy
 import datetime
 import difflib
@@ -25,6 +27,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 from ruamel.yaml.scalarstring import ScalarString
+from ruamel.yaml.scanner import ScannerError
 
 from ferry.digest_map import ImageRecord
 from ferry.errors import UsageError
@@ -70,6 +73,7 @@ _CLOUD_METADATA = {
     "networking.gke.io/": "a GKE networking setting",
     "cloud.google.com/": "a Google Cloud setting",
     "eks.amazonaws.com/role-arn": "an IRSA role (AWS workload identity)",
+    "eks.amazonaws.com/": "an EKS setting",
     "azure.workload.identity/": "Azure workload identity",
     "iam.gke.io/": "GKE workload identity",
 }
@@ -136,6 +140,17 @@ class Document:
         return isinstance(self.data, dict) and bool(self.data.get("kind")) and bool(self.data.get("apiVersion"))
 
     @property
+    def is_kustomize(self) -> bool:
+        """A kustomization file (kustomize's input, not a Kubernetes object)."""
+        return self.api_version.startswith("kustomize.config.k8s.io/")
+
+    @property
+    def applicable(self) -> bool:
+        """Whether server-side apply can take it: an object with a name, not a v1 List nor a kustomization."""
+        is_list = self.kind == "List" and self.api_version == "v1"
+        return self.is_object and not is_list and not self.is_kustomize and bool(self.name)
+
+    @property
     def kind(self) -> str:
         return str(self.data.get("kind", "")) if isinstance(self.data, dict) else ""
 
@@ -180,10 +195,28 @@ class SourceFile:
     documents: list[Document] = field(default_factory=list)
     explicit_start: bool = False
     indent: tuple[int, int, int] = (2, 2, 0)
+    # The text as read (without its byte-order mark, lines ended by "\n") and ruamel.yaml's writing of it before
+    # any transform: text() carries the lines the transforms changed over into the text as read.
+    raw: str = ""
+    baseline: str = ""
+    bom: bool = False
+    newline: str = "\n"
 
     def text(self) -> str:
-        """The file's documents as YAML, in input order, written as the input was (indentation, comments)."""
-        return _dump([d.data for d in self.documents if d.data is not None], self.indent, self.explicit_start)
+        """The file's documents as YAML, in input order: the text as read with only the lines the transforms changed
+        rewritten (ruamel.yaml's writing of the whole file where a change has no place in it)."""
+        rendered = _dump([d.data for d in self.documents if d.data is not None], self.indent, self.explicit_start)
+        if rendered == self.baseline:
+            return self.raw
+        spliced = _splice(self.raw, self.baseline, rendered)
+        if spliced is None:
+            return rendered
+        # Spliced lines must say what ruamel.yaml wrote, document for document (empty ones aside).
+        try:
+            same = _objects(spliced, self.indent) == _objects(rendered, self.indent)
+        except YAMLError:
+            same = False
+        return spliced if same else rendered
 
 
 @dataclass
@@ -209,11 +242,21 @@ class Rendering:
                     "rename one or list them in different sources entries"
                 )
             seen[file.relative] = file.path
+        sources = {file.path.resolve() for file in self.files}
+        for file in self.files:
+            if (out_dir / file.relative).resolve() in sources:
+                raise UsageError(
+                    f"{out_dir}: rendering there would overwrite the source {out_dir / file.relative}: "
+                    "choose an output folder outside the sources"
+                )
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UsageError(f"{out_dir}: not a folder (the rendered files go under it)")
         written = []
         for file in self.files:
             target = out_dir / file.relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(file.text(), encoding="utf-8")
+            text = ("\ufeff" if file.bom else "") + file.text().replace("\n", file.newline)
+            target.write_text(text, encoding="utf-8", newline="")
             written.append(target)
         return written
 
@@ -252,6 +295,104 @@ def _dump(docs: list[Any], indent: tuple[int, int, int], explicit_start: bool) -
     out = io.StringIO()
     _yaml(indent, explicit_start).dump_all(docs, out)
     return out.getvalue()
+
+
+def _parse(text: str, indent: tuple[int, int, int]) -> list[Any]:
+    """Every document of text, a tab between tokens read as a space (libyaml, and so kubectl, allows it; ruamel.yaml
+    does not). Raises YAMLError."""
+    for _ in range(text.count("\t") + 1):
+        try:
+            return list(_yaml(indent).load_all(text))
+        except ScannerError as exc:
+            at = exc.problem_mark.index if exc.problem_mark is not None else -1
+            line_start = text.rfind("\n", 0, at) + 1
+            # A tab in a line's indentation is an error for every YAML parser: only separating tabs are spaces.
+            if at < 0 or text[at] != "\t" or not text[line_start:at].strip():
+                raise
+            text = text[:at] + " " + text[at + 1 :]
+    raise AssertionError("unreachable: each retry replaces one tab")
+
+
+def _objects(text: str, indent: tuple[int, int, int]) -> list[Any]:
+    return [plain(doc) for doc in _parse(text, indent) if doc is not None]
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _shifted(line: str, shift: int) -> str | None:
+    depth = _indent_of(line) + shift
+    return None if depth < 0 else (" " * depth + line.lstrip(" ") if line.strip() else line)
+
+
+def _changes(old: list[str], new: list[str]) -> Iterator[tuple[int, int, int, int]]:
+    """The ranges of difflib's opcodes, equal ones left out, between two writings of the same documents, matched
+    document by document: one matcher over a whole rendered chart of thousands of alike lines takes minutes."""
+    starts_old = [i for i, line in enumerate(old) if line == "---"]
+    starts_new = [j for j, line in enumerate(new) if line == "---"]
+    if len(starts_old) != len(starts_new):
+        starts_old, starts_new = [], []
+    bounds = zip([0, *starts_old], [*starts_old, len(old)], [0, *starts_new], [*starts_new, len(new)], strict=True)
+    for a, b, c, d in bounds:
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old[a:b], new[c:d], False).get_opcodes():
+            if tag != "equal":
+                yield a + i1, a + i2, c + j1, c + j2
+
+
+def _splice(raw: str, before: str, after: str) -> str | None:
+    """raw with the line changes that turn before into after (both ruamel.yaml's writing), each placed at the raw
+    line that before's line came from and indented as raw is there; None where a change has no such line.
+
+    ruamel.yaml writes every sequence of a file with one indentation, drops comment-only documents and end
+    markers and moves a comment after `---`: splicing leaves all of that as the team wrote it.
+    """
+    ours = (raw if raw.endswith("\n") else raw + "\n").split("\n")
+    old, new = before.split("\n"), after.split("\n")
+    where: dict[int, int] = {}
+    shapes = difflib.SequenceMatcher(
+        None, [" ".join(s.split()) for s in ours], [" ".join(s.split()) for s in old], False
+    )
+    for tag, i1, i2, j1, _ in shapes.get_opcodes():
+        if tag == "equal":
+            where.update({j1 + k: i1 + k for k in range(i2 - i1)})
+    edits: list[tuple[int, int, list[str]]] = []
+    for i1, i2, j1, j2 in _changes(old, new):
+        lines: list[str | None]
+        if i1 < i2:
+            spots = [where.get(i) for i in range(i1, i2)]
+            if spots[0] is None or spots != list(range(spots[0], spots[0] + len(spots))):
+                return None
+            start, end = spots[0], spots[0] + len(spots)
+            if j2 - j1 == i2 - i1:
+                lines = [
+                    _shifted(new[j1 + k], _indent_of(ours[start + k]) - _indent_of(old[i1 + k])) for k in range(i2 - i1)
+                ]
+            else:
+                lines = [_shifted(line, _indent_of(ours[start]) - _indent_of(old[i1])) for line in new[j1:j2]]
+        else:
+            # Inserted lines go after the raw line of the one before them (else before the raw line of the one after
+            # them), shifted as the nearest raw line above them that is no deeper (their parent or a sibling) is.
+            depth = _indent_of(new[j1])
+            parent = next(
+                (k for k in range(i1 - 1, -1, -1) if k in where and old[k].strip() and _indent_of(old[k]) <= depth),
+                None,
+            )
+            if i1 - 1 in where:
+                start = end = where[i1 - 1] + 1
+            elif i1 in where:
+                start = end = where[i1]
+            else:
+                return None
+            if parent is None:
+                return None
+            lines = [_shifted(line, _indent_of(ours[where[parent]]) - _indent_of(old[parent])) for line in new[j1:j2]]
+        if None in lines:
+            return None
+        edits.append((start, end, [line for line in lines if line is not None]))
+    for start, end, lines in reversed(edits):
+        ours[start:end] = lines
+    return "\n".join(ours)
 
 
 _KEY_LINE = re.compile(r"^( *)[^\s#-][^#]*:\s*(#.*)?$")
@@ -299,12 +440,20 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
     files = []
     for entry in entries:
         for path, relative in _files_of(entry):
-            text = path.read_text(encoding="utf-8")
+            try:
+                # Bytes, not read_text: its universal newlines would hide a CRLF file.
+                text = path.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path}: not readable as UTF-8 text: {exc}") from None
             name = str(path.relative_to(base)) if base and path.is_relative_to(base) else str(path)
-            source = SourceFile(entry, path, relative, name, explicit_start=text.lstrip().startswith("---"))
+            source = SourceFile(entry, path, relative, name, bom=text.startswith("\ufeff"))
+            text = text.removeprefix("\ufeff")
+            if "\r\n" in text:
+                source.newline, text = "\r\n", text.replace("\r\n", "\n")
+            source.explicit_start = text.lstrip().startswith("---")
             source.indent = guess_indent(text)
             try:
-                loaded = list(_yaml(source.indent).load_all(text))
+                loaded = _parse(text, source.indent)
             except YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 line = f":{mark.line + 1}" if mark is not None else ""
@@ -314,12 +463,15 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
                 if data is not None:
                     doc.original = _dump([masked(data) if doc.kind == "Secret" else data], source.indent, False)
                 source.documents.append(doc)
+            source.raw = text
+            source.baseline = _dump([d for d in loaded if d is not None], source.indent, source.explicit_start)
             files.append(source)
     return files
 
 
 def plain(node: Any) -> Any:
-    """Round-trip nodes as plain JSON-compatible Python (a timestamp as the string it was written as)."""
+    """Round-trip nodes as plain JSON-compatible Python (a timestamp as the string it was written as, `!!binary`
+    as its base64 text)."""
     if isinstance(node, dict):
         return {str(k): plain(v) for k, v in node.items()}
     if isinstance(node, list):
@@ -334,6 +486,9 @@ def plain(node: Any) -> Any:
         return float(node)
     if isinstance(node, (datetime.date, datetime.datetime)):
         return node.isoformat()
+    if isinstance(node, bytes):
+        # `!!binary` in a Secret's data or a ConfigMap's binaryData: the base64 text it was written as.
+        return base64.b64encode(node).decode("ascii")
     return node
 
 
@@ -353,6 +508,31 @@ def masked(data: Any) -> Any:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def sub_map(node: Any, key: str) -> dict:
+    """node[key] when both are maps, else an empty map: a field of the wrong type is the schema check's to name,
+    never a crash of the transforms."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def sub_list(node: Any, key: str) -> list:
+    """node[key] when node is a map and it a list, else an empty list (see sub_map)."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every scalar in a document (`a.b[0].c`), in document order."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaves(value, _join(path, str(key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from leaves(value, f"{path}[{i}]")
+    else:
+        yield path, node
 
 
 def resolve(node: Any, dotted: str) -> Iterator[tuple[str, Any]]:
@@ -397,16 +577,28 @@ def containers(template: dict) -> Iterator[tuple[str, dict]]:
     if not isinstance(spec, dict):
         return
     for kind in CONTAINER_LISTS:
-        for i, container in enumerate(spec.get(kind) or []):
+        for i, container in enumerate(sub_list(spec, kind)):
             if isinstance(container, dict):
                 yield f"spec.{kind}[{i}]", container
 
 
+def _none(quantity: Any) -> bool:
+    try:
+        return float(str(quantity)) == 0
+    except ValueError:
+        return False
+
+
 def _requests(container: dict) -> set[str]:
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return set()
-    return {str(name) for part in ("limits", "requests") for name in (resources.get(part) or {})}
+    """The resources a container asks for: in its limits or requests, with a quantity other than zero (a chart's
+    CPU flavour renders `nvidia.com/gpu: 0`)."""
+    resources = sub_map(container, "resources")
+    return {
+        str(name)
+        for part in ("limits", "requests")
+        for name, quantity in sub_map(resources, part).items()
+        if not _none(quantity)
+    }
 
 
 def is_gpu_workload(template: dict, gpu_resource: str) -> bool:
@@ -468,7 +660,16 @@ def _metadata(node: dict, position: int | None = None) -> dict:
 
 
 def _set(node: dict, key: str, value: str) -> None:
-    """node[key] = value, quoted as the old value was (a double-quoted image stays double-quoted)."""
+    """node[key] = value, quoted as the old value was (a double-quoted image stays double-quoted), and where the
+    old value was written when it came in by a `<<: *anchor` merge (so the merge stays a merge)."""
+    if isinstance(node, CommentedMap) and node.merge and key not in dict(node.non_merged_items()):
+        source = next((merged for merged in node.merge if key in merged), None)
+        if source is not None:
+            _set(source, key, value)
+            # The merged-in copy the map holds, refreshed without making the key its own (ruamel.yaml 0.19's
+            # update_key_value fails on its own merge list).
+            collections.OrderedDict.__setitem__(node, key, source[key])
+            return
     old = node.get(key)
     node[key] = type(old)(value) if isinstance(old, ScalarString) else value
 
@@ -481,18 +682,22 @@ def _map(meta: dict, key: str) -> dict:
     return found
 
 
+def _mapped(value: Any, mapping: dict[str, str]) -> bool:
+    return isinstance(value, str) and value in mapping
+
+
 def _namespaces(ctx: _Context) -> None:
     data, mapping = ctx.doc.data, ctx.rules.namespaces
     meta = data.get("metadata")
     if isinstance(meta, dict):
-        if meta.get("namespace") in mapping:
+        if _mapped(meta.get("namespace"), mapping):
             _set(meta, "namespace", mapping[meta["namespace"]])
-        if ctx.doc.kind == "Namespace" and meta.get("name") in mapping:
+        if ctx.doc.kind == "Namespace" and _mapped(meta.get("name"), mapping):
             _set(meta, "name", mapping[meta["name"]])
     if ctx.doc.kind in ("RoleBinding", "ClusterRoleBinding"):
-        for subject in data.get("subjects") or []:
+        for subject in sub_list(data, "subjects"):
             is_account = isinstance(subject, dict) and subject.get("kind") == "ServiceAccount"
-            if is_account and subject.get("namespace") in mapping:
+            if is_account and _mapped(subject.get("namespace"), mapping):
                 _set(subject, "namespace", mapping[subject["namespace"]])
 
 
@@ -509,19 +714,30 @@ def _cloud_metadata(ctx: _Context, meta: Any, path: str) -> None:
     if not isinstance(meta, dict):
         return
     for part in ("annotations", "labels"):
-        for key in meta.get(part) or {}:
-            for prefix, what in _CLOUD_METADATA.items():
-                if str(key).startswith(prefix):
-                    ctx.warn(_join(path, f"metadata.{part}.{key}"), f"{what}: no rule carries it to the target")
+        for key in sub_map(meta, part):
+            # The first, most specific, prefix names it.
+            what = next((what for prefix, what in _CLOUD_METADATA.items() if str(key).startswith(prefix)), None)
+            if what is not None:
+                ctx.warn(_join(path, f"metadata.{part}.{key}"), f"{what}: no rule carries it to the target")
+
+
+def _cloud_volume(ctx: _Context, volume: dict, path: str) -> None:
+    """A pod's volume or a PersistentVolume's spec that only the source cloud serves (its disks, its CSI drivers)."""
+    for kind in _CLOUD_VOLUMES:
+        if kind in volume:
+            ctx.warn(f"{path}.{kind}", "a volume of the source cloud")
+    driver = sub_map(volume, "csi").get("driver", "")
+    if str(driver).endswith(_CLOUD_CSI):
+        ctx.warn(f"{path}.csi.driver", f"CSI driver {driver!r} of the source cloud")
 
 
 def _storage_class(ctx: _Context, spec: Any, path: str) -> None:
     if not isinstance(spec, dict) or spec.get("storageClassName") is None:
         return
     name, mapping = spec["storageClassName"], ctx.rules.storage_classes
-    if name in mapping:
+    if _mapped(name, mapping):
         _set(spec, "storageClassName", mapping[name])
-    elif name not in mapping.values():
+    elif not isinstance(name, str) or name not in mapping.values():
         ctx.warn(_join(path, "storageClassName"), f"storage class {name!r} is not mapped to one of the target")
 
 
@@ -542,10 +758,10 @@ def _template(ctx: _Context, path: str, template: dict) -> None:
             ctx.warn(f"{at}.resources", f"resource {name!r} is not mapped: the target may not offer it")
     spec = template.get("spec")
     if isinstance(spec, dict):
-        for key in spec.get("nodeSelector") or {}:
+        for key in sub_map(spec, "nodeSelector"):
             if str(key).startswith(_CLOUD_NODE_LABELS):
                 ctx.warn(_join(path, f"spec.nodeSelector.{key}"), "selects the source cloud's nodes")
-        affinity = spec.get("affinity") or {}
+        affinity = sub_map(spec, "affinity")
         for term_path, expression in resolve(
             affinity,
             "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions[]",
@@ -556,23 +772,18 @@ def _template(ctx: _Context, path: str, template: dict) -> None:
                     f"selects the source cloud's nodes by {expression['key']}",
                 )
         if moved:
-            for i, secret in enumerate(spec.get("imagePullSecrets") or []):
+            for i, secret in enumerate(sub_list(spec, "imagePullSecrets")):
                 name = secret.get("name") if isinstance(secret, dict) else secret
                 ctx.warn(
                     _join(path, f"spec.imagePullSecrets[{i}]"),
                     f"pull secret {name!r} was made for the source registry; the target registry needs its own",
                 )
-        for i, volume in enumerate(spec.get("volumes") or []):
+        for i, volume in enumerate(sub_list(spec, "volumes")):
             if not isinstance(volume, dict):
                 continue
             at = _join(path, f"spec.volumes[{i}]")
-            for kind in _CLOUD_VOLUMES:
-                if kind in volume:
-                    ctx.warn(f"{at}.{kind}", "a volume of the source cloud")
-            driver = (volume.get("csi") or {}).get("driver", "")
-            if str(driver).endswith(_CLOUD_CSI):
-                ctx.warn(f"{at}.csi.driver", f"CSI driver {driver!r} of the source cloud")
-            ephemeral = (volume.get("ephemeral") or {}).get("volumeClaimTemplate") or {}
+            _cloud_volume(ctx, volume, at)
+            ephemeral = sub_map(sub_map(volume, "ephemeral"), "volumeClaimTemplate")
             _storage_class(ctx, ephemeral.get("spec"), f"{at}.ephemeral.volumeClaimTemplate.spec")
     _cloud_metadata(ctx, template.get("metadata"), path)
     if rules.pod_annotations and is_gpu_workload(template, rules.gpu_resource):
@@ -595,20 +806,12 @@ def _urls(ctx: _Context) -> None:
         "|".join(rf"\.{re.escape(ns)}\.svc\b|://[\w.-]+\.{re.escape(ns)}(?=[:/]|$)" for ns in ctx.rules.namespaces)
     )
 
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, _join(path, str(key)))
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, f"{path}[{i}]")
-        elif isinstance(node, str) and (match := pattern.search(node)):
+    for path, node in leaves(ctx.doc.data):
+        if isinstance(node, str) and (match := pattern.search(node)):
             old = match.group(0).split(".")[1] if match.group(0).startswith(".") else match.group(0).rsplit(".", 1)[1]
             ctx.warn(
                 path, f"names the old namespace {old!r} in a service address; it becomes {ctx.rules.namespaces[old]!r}"
             )
-
-    walk(ctx.doc.data, "")
 
 
 def _object_rules(ctx: _Context) -> None:
@@ -617,24 +820,44 @@ def _object_rules(ctx: _Context) -> None:
     spec = data.get("spec")
     if kind == "PersistentVolumeClaim":
         _storage_class(ctx, spec, "spec")
-        annotations = (data.get("metadata") or {}).get("annotations") or {}
+        annotations = sub_map(sub_map(data, "metadata"), "annotations")
         old = "volume.beta.kubernetes.io/storage-class"
-        if old in annotations and annotations[old] in ctx.rules.storage_classes:
+        if _mapped(annotations.get(old), ctx.rules.storage_classes):
             _set(annotations, old, ctx.rules.storage_classes[annotations[old]])
     if isinstance(spec, dict):
-        for i, claim in enumerate(spec.get("volumeClaimTemplates") or []):
+        for i, claim in enumerate(sub_list(spec, "volumeClaimTemplates")):
             if isinstance(claim, dict):
                 _storage_class(ctx, claim.get("spec"), f"spec.volumeClaimTemplates[{i}].spec")
-        if kind == "Ingress" and spec.get("ingressClassName") in _CLOUD_INGRESS_CLASSES:
+        if kind == "Ingress" and str(spec.get("ingressClassName")) in _CLOUD_INGRESS_CLASSES:
             ctx.warn("spec.ingressClassName", f"ingress class {spec['ingressClassName']!r} of the source cloud")
+        if kind == "PersistentVolume":
+            _cloud_volume(ctx, spec, "spec")
         if kind == "Service" and str(spec.get("loadBalancerClass", "")).startswith(
             ("service.k8s.aws/", "eks.amazonaws.com/")
         ):
             ctx.warn("spec.loadBalancerClass", "a load balancer of the source cloud")
+    legacy = sub_map(sub_map(data, "metadata"), "annotations").get("kubernetes.io/ingress.class")
+    if kind == "Ingress" and str(legacy) in _CLOUD_INGRESS_CLASSES:
+        ctx.warn("metadata.annotations.kubernetes.io/ingress.class", f"ingress class {legacy!r} of the source cloud")
     if kind == "StorageClass" and str(data.get("provisioner", "")).endswith(
         (*_CLOUD_CSI, "kubernetes.io/aws-ebs", "kubernetes.io/azure-disk", "kubernetes.io/gce-pd")
     ):
         ctx.warn("provisioner", f"provisioner {data['provisioner']!r} of the source cloud")
+
+
+def _uncovered(ctx: _Context) -> None:
+    """In a kind no rule covers (Argo Workflows, operators' resources), the storage classes and the source cloud's
+    node selectors that a covered kind would have had mapped or warned about, by path."""
+    for path, value in leaves(ctx.doc.data):
+        key = path.rpartition(".")[2]
+        if key == "storageClassName" and isinstance(value, str) and value:
+            target = ctx.rules.storage_classes.get(value)
+            mapped = f"the target's is {target!r}" if target else "nor mapped to one of the target"
+            ctx.warn(path, f"storage class {value!r} in a kind no rule covers: not changed ({mapped})")
+        elif ".nodeSelector." in f".{path}":
+            label = path.split("nodeSelector.", 1)[1]
+            if label.startswith(_CLOUD_NODE_LABELS):
+                ctx.warn(path, "selects the source cloud's nodes")
 
 
 def transform(files: list[SourceFile], rules: Rules) -> Rendering:
@@ -653,6 +876,11 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             )
             continue
         ctx = _Context(doc, rules, rendering.findings)
+        if doc.is_kustomize:
+            # Beside the resources it names (a kustomize folder): kustomize build is what renders them.
+            rendering.untransformed.append(f"{doc.where} {ctx.label}")
+            ctx.warn("", "a kustomization, not a Kubernetes object: left as is and not applied (render with kustomize)")
+            continue
         _urls(ctx)
         _namespaces(ctx)
         known = rules.paths_for(doc.api_version, doc.kind) is not None
@@ -661,9 +889,14 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("items", "a v1 List is not transformed nor applicable: split it into one document per object")
             continue
+        if not doc.name:
+            # Argo Workflows and Jobs meant for `kubectl create` name themselves by generateName.
+            what = "generateName without a name" if sub_map(doc.data, "metadata").get("generateName") else "no name"
+            ctx.warn("metadata.name", f"{what}: server-side apply needs a name; rendered but not applied")
         if not known and doc.api_version.rpartition("/")[0] not in BUILTIN_GROUPS:
             rendering.untransformed.append(f"{doc.where} {ctx.label}")
             ctx.warn("", f"kind {doc.api_version} {doc.kind} has no template path: only namespace and labels mapped")
+            _uncovered(ctx)
         else:
             _object_rules(ctx)
             for path, template in pod_templates(doc.data, rules):
@@ -702,27 +935,30 @@ def references(data: Any, rules: Rules) -> set[tuple[str, str]]:
     """(kind, name) of every ConfigMap and Secret the object's pod templates reference."""
     found: set[tuple[str, str]] = set()
     for _, template in pod_templates(data, rules):
-        spec = template.get("spec") or {}
-        found |= {("Secret", str(s["name"])) for s in spec.get("imagePullSecrets") or [] if isinstance(s, dict)}
-        for volume in spec.get("volumes") or []:
-            if (volume.get("configMap") or {}).get("name"):
+        spec = sub_map(template, "spec")
+        found |= {
+            ("Secret", str(s["name"]))
+            for s in sub_list(spec, "imagePullSecrets")
+            if isinstance(s, dict) and s.get("name")
+        }
+        for volume in sub_list(spec, "volumes"):
+            if sub_map(volume, "configMap").get("name"):
                 found.add(("ConfigMap", str(volume["configMap"]["name"])))
-            if (volume.get("secret") or {}).get("secretName"):
+            if sub_map(volume, "secret").get("secretName"):
                 found.add(("Secret", str(volume["secret"]["secretName"])))
-            for source in (volume.get("projected") or {}).get("sources") or []:
+            for source in sub_list(sub_map(volume, "projected"), "sources"):
                 for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
-                    if (source.get(key) or {}).get("name"):
+                    if sub_map(source, key).get("name"):
                         found.add((kind, str(source[key]["name"])))
         for _, container in containers(template):
-            for ref in container.get("envFrom") or []:
+            for ref in sub_list(container, "envFrom"):
                 for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
-                    if (ref.get(key) or {}).get("name"):
+                    if sub_map(ref, key).get("name"):
                         found.add((kind, str(ref[key]["name"])))
-            for env in container.get("env") or []:
-                source = env.get("valueFrom") or {}
+            for env in sub_list(container, "env"):
                 for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
-                    if (source.get(key) or {}).get("name"):
-                        found.add((kind, str(source[key]["name"])))
+                    if sub_map(sub_map(env, "valueFrom"), key).get("name"):
+                        found.add((kind, str(env["valueFrom"][key]["name"])))
     return found
 
 

@@ -111,6 +111,10 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
         "spec.replicatedJobs[0].template.spec.template.spec.containers[0].image": f"{META}sweep:3",
         **gpu("spec.replicatedJobs[0].template.spec.template"),
     },
+    ("k8s/cpu-flavour.yaml", 0): {**IN_NS, C0: f"{META}embedder:1.0"},  # nvidia.com/gpu: 0, no annotations
+    ("k8s/eks-extras.yaml", 0): IN_NS,
+    ("k8s/eks-extras.yaml", 1): IN_NS,
+    ("k8s/eks-extras.yaml", 2): {},
     ("k8s/lookalikes.yaml", 0): IN_NS,
     ("k8s/pvc.yaml", 0): IN_NS,
     ("k8s/pvc.yaml", 1): {**IN_NS, "spec.storageClassName": "meta-block-ssd"},
@@ -123,6 +127,7 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
     ("k8s/ingress.yaml", 0): IN_NS,
     ("k8s/hpa.yaml", 0): IN_NS,
     ("k8s/unknown.yaml", 0): IN_NS,
+    ("k8s/workflow.yaml", 0): IN_NS,
     ("k8s/existing-annotations.yaml", 0): {
         **IN_NS,
         "spec.template.spec.initContainers[0].image": f"{META}warmup:1",
@@ -132,6 +137,14 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
     ("rendered/chart.yaml", 0): {},
     ("rendered/chart.yaml", 1): {C0: f"{META}inference:1.0", **gpu("spec.template")},
     ("rendered/chart.yaml", 2): {},
+    # Helm output: sequences indented two ways, a blank line of spaces, `{}` on its own line, a template rendered
+    # empty, `---` with a comment, a comment-only last document: all kept as written.
+    ("rendered/vllm-helm.yaml", 0): IN_NS,
+    ("rendered/vllm-helm.yaml", 2): {
+        **IN_NS,
+        C0: f"{META}vllm-openai:v0.6.3",
+        **gpu("spec.template"),  # nvidia.com/gpu: "1" in requests only
+    },
     ("rendered/kustomize.yml", 0): IN_NS,
     ("rendered/kustomize.yml", 1): {**IN_NS, C0: f"{META}eval@sha256:{'b' * 64}"},
 }
@@ -144,6 +157,10 @@ FINDINGS = {
     ("k8s/training/pytorchjob.yaml#0", "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources"),
     ("k8s/pvc.yaml#0", "storage class 'efs-sc' is not mapped"),
     ("k8s/rbac.yaml#0", "an IRSA role (AWS workload identity)"),
+    ("k8s/eks-extras.yaml#0", "metadata.annotations.eks.amazonaws.com/role-arn: an IRSA role"),
+    ("k8s/eks-extras.yaml#0", "metadata.annotations.eks.amazonaws.com/sts-regional-endpoints: an EKS setting"),
+    ("k8s/eks-extras.yaml#1", "metadata.annotations.kubernetes.io/ingress.class: ingress class 'alb' of the source"),
+    ("k8s/eks-extras.yaml#2", "spec.csi.driver: CSI driver 'fsx.csi.aws.com' of the source cloud"),
     ("k8s/service.yaml#0", "metadata.annotations.service.beta.kubernetes.io/aws-load-balancer-type"),
     ("k8s/service.yaml#0", "metadata.annotations.service.beta.kubernetes.io/aws-load-balancer-internal"),
     ("k8s/config.yaml#0", "data.MLFLOW_URL: names the old namespace 'ml-train'"),
@@ -151,6 +168,14 @@ FINDINGS = {
     ("k8s/ingress.yaml#0", "ingress class 'alb' of the source cloud"),
     ("k8s/ingress.yaml#0", "metadata.annotations.alb.ingress.kubernetes.io/scheme"),
     ("k8s/unknown.yaml#0", "monitoring.coreos.com/v1 ServiceMonitor has no template path"),
+    ("k8s/workflow.yaml#0", "metadata.name: generateName without a name: server-side apply needs a name"),
+    ("k8s/workflow.yaml#0", "argoproj.io/v1alpha1 Workflow has no template path"),
+    # What a covered kind would have had mapped or warned about, in a kind no rule covers.
+    (
+        "k8s/workflow.yaml#0",
+        "spec.volumeClaimTemplates[0].spec.storageClassName: storage class 'gp3' in a kind no rule",
+    ),
+    ("k8s/workflow.yaml#0", "spec.templates[0].nodeSelector.node.kubernetes.io/instance-type: selects the source"),
     ("k8s/existing-annotations.yaml#0", "by karpenter.k8s.aws/instance-gpu-name"),
     ("k8s/existing-annotations.yaml#0", "pull secret 'ecr-pull' was made for the source registry"),
     ("rendered/chart.yaml#0", "was 'Helm'; ferry manages the object now"),
@@ -199,7 +224,10 @@ def test_findings_name_file_document_and_path(rendered: tuple[dict, Any]) -> Non
         assert any(line.startswith(where) and words in line for line in lines), (where, words, lines)
     # Nothing else is reported: one finding per entry above.
     assert len(lines) == len(FINDINGS)
-    assert rendering.untransformed == ["k8s/unknown.yaml#0 ServiceMonitor/ml-train/trainer"]
+    assert rendering.untransformed == [
+        "k8s/unknown.yaml#0 ServiceMonitor/ml-train/trainer",
+        "k8s/workflow.yaml#0 Workflow/ml-train/?",
+    ]
 
 
 def test_comments_keep_their_bytes_and_unchanged_lines_stay(rendered: tuple[dict, Any]) -> None:
@@ -298,6 +326,65 @@ def test_output_keeps_the_indentation_of_its_input(text: str, indent: tuple[int,
     assert guess_indent(text) == indent
     (tmp_path / "f.yaml").write_text(text, encoding="utf-8")
     assert load_sources([tmp_path / "f.yaml"])[0].text() == text
+
+
+CM = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ml-train\ndata:\n  k: v\n"
+CM_OUT = CM.replace(b"ml-train", b"x").replace(
+    b"\ndata:", b"\n  labels:\n    ferry.io/plan: p\n    app.kubernetes.io/managed-by: ferry\ndata:"
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "written"),
+    [
+        # A Windows editor's file keeps its CRLF line ends, a BOM stays, an empty file stays empty.
+        (CM.replace(b"\n", b"\r\n"), CM_OUT.replace(b"\n", b"\r\n")),
+        (b"\xef\xbb\xbf" + CM, b"\xef\xbb\xbf" + CM_OUT),
+        (b"", b""),
+        # A tab between tokens (kubectl reads it; ruamel.yaml alone refuses it) is kept, and so is its line.
+        (CM.replace(b"name: c", b"name: c\t# tab"), CM_OUT.replace(b"name: c", b"name: c\t# tab")),
+        (CM.replace(b"k: v", b"k:\tv\t\t# tabs"), CM_OUT.replace(b"k: v", b"k:\tv\t\t# tabs")),
+        # `labels: null` has no line the new labels can go under: ruamel.yaml's writing of the file is kept.
+        (CM.replace(b"\ndata:", b"\n  labels: null\ndata:"), CM_OUT),
+        # kubectl get -o yaml's end marker, comment-only and empty documents are written as they were.
+        (
+            b"# Source: c/templates/x.yaml\n---\n---\n" + CM + b"...\n",
+            b"# Source: c/templates/x.yaml\n---\n---\n" + CM_OUT + b"...\n",
+        ),
+    ],
+)
+def test_written_files_keep_bytes_no_rule_changes(raw: bytes, written: bytes, tmp_path: Path) -> None:
+    (tmp_path / "in" / "f.yaml").parent.mkdir()
+    (tmp_path / "in" / "f.yaml").write_bytes(raw)
+    rendering = transform(load_sources([tmp_path / "in"]), Rules(plan="p", namespaces={"ml-train": "x"}))
+    rendering.write(tmp_path / "out")
+    assert (tmp_path / "out" / "f.yaml").read_bytes() == written
+
+
+def test_a_value_merged_in_by_an_anchor_changes_where_the_anchor_defines_it(tmp_path: Path) -> None:
+    text = f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+  - &base
+    name: a
+    image: {ECR}worker:1.0
+  - <<: *base
+    name: b
+"""
+    (tmp_path / "p.yaml").write_text(text, encoding="utf-8")
+    rendering = transform(load_sources([tmp_path / "p.yaml"]), Rules(plan="p", images={ECR: META}))
+    assert [c["image"] for c in rendering.documents[0].plain()["spec"]["containers"]] == [f"{META}worker:1.0"] * 2
+    # The merge stays a merge: b gets no image of its own.
+    assert rendering.files[0].text().endswith("  - <<: *base\n    name: b\n")
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "latin1.yaml").write_bytes(b"kind: ConfigMap\nmetadata: {name: caf\xe9}\n")
+    with pytest.raises(UsageError, match=r"latin1\.yaml: not readable as UTF-8 text"):
+        load_sources([tmp_path / "latin1.yaml"])
 
 
 def _workload(kind: str, status: dict, generation: int = 1, **spec: Any) -> dict:

@@ -352,8 +352,8 @@ class ManifestsPhase(Phase):
         when its kind is namespaced (the cluster's, when the manifest names none)."""
         target = self.loaded.plan.target.cluster
         assert target is not None
-        # A v1 List is reported as not applicable (a finding), not applied.
-        found = [doc.plain() for doc in rendering.documents if doc.is_object and doc.kind != "List"]
+        # A v1 List, a kustomization and an object without a name are reported (findings), not applied.
+        found = [doc.plain() for doc in rendering.documents if doc.applicable]
         published = self.loaded.state_dir / "iam" / "rbac.yaml"
         if published.exists():
             for binding in yaml.safe_load_all(published.read_text(encoding="utf-8")):

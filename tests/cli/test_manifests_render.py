@@ -81,3 +81,15 @@ def test_render_fails_on_too_many_warnings_and_one_line_for_a_plan_without_the_p
     code, _, err = run_cli("manifests", "render", str(other))
     assert code == 2
     assert err.strip().splitlines()[-1].endswith("phases.manifests: the plan has no manifests phase to render")
+
+
+def test_render_never_writes_over_the_sources_and_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    before = {p: p.read_bytes() for p in (tmp_path / "manifests").rglob("*.yaml")}
+    code, _, err = run_cli("manifests", "render", str(plan), "--out", str(tmp_path / "manifests" / "k8s"))
+    assert code == 2
+    assert err.strip().splitlines()[-1].endswith("choose an output folder outside the sources")
+    assert {p: p.read_bytes() for p in (tmp_path / "manifests").rglob("*.yaml")} == before
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli("manifests", "render", str(plan), "--out", str(tmp_path / "afile"))
+    assert code == 2 and err.strip().splitlines()[-1].endswith("afile: not a folder (the rendered files go under it)")

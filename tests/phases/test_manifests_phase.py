@@ -454,3 +454,25 @@ def test_a_restored_job_drops_what_the_api_server_generated() -> None:
     assert job["spec"]["selector"], "the snapshot itself is left as it was"
     job["spec"]["manualSelector"] = True
     assert _without_generated_job_fields(job) == job
+
+
+def test_objects_server_side_apply_cannot_take_are_reported_not_applied(emulator: KubeEmulator, tmp_path: Path) -> None:
+    _ready(emulator)
+    # What sits beside real manifests: a run object named by generateName (kubectl create, argo submit) and the
+    # folder's kustomization.
+    extra = (
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: eval-run-, namespace: ml-train}\n"
+        "data: {K: v}\n---\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "namespace: ml-train\nresources: [app.yaml]\n"
+    )
+    phase = _phase(_write_plan(tmp_path, emulator, manifests=MANIFESTS + extra))
+    assert phase.changes().totals == {"create": 7, "update": 0}
+    findings = [str(f) for f in phase.render().findings]
+    assert (
+        "k8s/app.yaml#7 ConfigMap/ml-train/?: metadata.name: generateName without a name: server-side apply "
+        "needs a name; rendered but not applied" in findings
+    )
+    assert any(f.startswith("k8s/app.yaml#8 Kustomization/?: a kustomization") for f in findings)
+    audit, results = _run(phase, tmp_path)
+    applied = [json.loads(line) for line in (audit.root / "manifests" / "applied.jsonl").read_text().splitlines()]
+    assert len(applied) == 7 and not any("Kustomization" in a["key"] or a["key"].endswith("|") for a in applied)
