@@ -4,7 +4,13 @@ Kubernetes objects."""
 
 from __future__ import annotations
 
-from checks.kube_schema import SchemaNotFoundError, VersionNotSupportedError, schema_errors, schema_version
+from checks.kube_schema import (
+    SchemaNotFoundError,
+    VersionNotSupportedError,
+    schema_errors,
+    schema_version,
+    unknown_version,
+)
 from ferry.iam.model import RBAC_GROUP, Level, Mapping
 from ferry.results import CheckResult, Status
 
@@ -119,14 +125,7 @@ def check_rbac_schema(docs: list[dict], kubernetes_version: str | None, name: st
     try:
         version = schema_version(kubernetes_version)
     except VersionNotSupportedError:
-        return CheckResult(
-            name,
-            Status.FAIL,
-            {"objects": len(docs), "kubernetes": kubernetes_version},
-            evidence=[
-                f"kubernetes-validate has no schemas for Kubernetes {kubernetes_version}: set target.kubernetes_version"
-            ],
-        )
+        return unknown_version(name, len(docs), kubernetes_version)
     problems = []
     for doc in docs:
         where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"

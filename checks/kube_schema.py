@@ -15,6 +15,8 @@ from kubernetes_validate.utils import SchemaNotFoundError, VersionNotSupportedEr
 from packaging.version import Version
 from referencing import Registry, Resource
 
+from ferry.results import CheckResult, Status
+
 __all__ = ["SchemaNotFoundError", "VersionNotSupportedError", "schema_errors", "schema_name", "schema_version"]
 
 
@@ -73,3 +75,15 @@ def schema_errors(doc: dict, version: str | None, schema: str | None = None, hid
         raise SchemaNotFoundError(kind, found, api_version)
     errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {_message(e, hide_values)}" for e in errors]
+
+
+def unknown_version(name: str, objects: int, kubernetes_version: str | None) -> CheckResult:
+    """The check name's FAIL when kubernetes-validate has no schemas for the plan's Kubernetes version."""
+    return CheckResult(
+        name,
+        Status.FAIL,
+        {"objects": objects, "kubernetes": kubernetes_version},
+        evidence=[
+            f"kubernetes-validate has no schemas for Kubernetes {kubernetes_version}: set target.kubernetes_version"
+        ],
+    )

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checks.kube_schema import SchemaNotFoundError, VersionNotSupportedError, schema_errors, schema_version
+from checks.kube_schema import (
+    SchemaNotFoundError,
+    VersionNotSupportedError,
+    schema_errors,
+    schema_version,
+    unknown_version,
+)
 from ferry.errors import UsageError
 from ferry.manifests import (
     Rendering,
@@ -27,14 +33,7 @@ def check_manifests_schema(rendering: Rendering, kubernetes_version: str | None,
     try:
         version = schema_version(kubernetes_version)
     except VersionNotSupportedError:
-        return CheckResult(
-            name,
-            Status.FAIL,
-            {"objects": len(rendering.documents), "kubernetes": kubernetes_version},
-            evidence=[
-                f"kubernetes-validate has no schemas for Kubernetes {kubernetes_version}: set target.kubernetes_version"
-            ],
-        )
+        return unknown_version(name, len(rendering.documents), kubernetes_version)
     errors, unvalidated = [], []
     for doc in rendering.documents:
         if not doc.is_object:

@@ -23,8 +23,6 @@ _BUILTIN = (
     ("manifests", "ferry.phases.manifests:ManifestsPhase"),
     ("golive", "ferry.phases.golive:GolivePhase"),
 )
-# Phases of the design that this version cannot run yet: a plan naming one gets a clear error.
-PLANNED: tuple[str, ...] = ()
 
 # Phases added in-process by register(): (name, "module:Class", the phase it follows or None).
 _registered: list[tuple[str, str, str | None]] = []

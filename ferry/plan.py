@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from ferry.config import FieldProblem, field_line, load_yaml_model
 from ferry.errors import UsageError
-from ferry.phase_registry import PLANNED, load_phase, phase_names
+from ferry.phase_registry import load_phase, phase_names
 from ferry.profiles import Credentials, Profile
 from ferry.units import parse_size
 
@@ -136,17 +136,7 @@ def _sections(kind: str) -> type[BaseModel]:
 
 
 class _Sections(_Strict):
-    @model_validator(mode="before")
-    @classmethod
-    def _available(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in data:
-                if name in PLANNED and name not in cls.model_fields:
-                    raise ValueError(
-                        f"phase {name!r} is not available in this version of ferry (available: "
-                        f"{', '.join(cls.model_fields)})"
-                    )
-        return data
+    """The `phases:` or `gates:` section: one optional field per registered phase."""
 
 
 class Retries(_Strict):
