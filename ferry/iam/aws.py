@@ -161,9 +161,9 @@ def _holds(operator: str, assumed: Any, values: list) -> bool | None:
 def condition_state(condition: dict | None, assume: dict[str, Any]) -> bool | None:
     """True when every clause holds under the plan's assume_conditions, False when one does not, None if unknown."""
     state: bool | None = True
+    known = {k.lower(): v for k, v in assume.items()}
     for operator, clauses in (condition or {}).items():
         for key, values in (clauses or {}).items():
-            known = {k.lower(): v for k, v in assume.items()}
             if key.lower() not in known or ":" in operator:  # ForAnyValue:/ForAllValues: sets are not evaluated
                 state = None
                 continue
@@ -196,8 +196,9 @@ class Statement:
     not_resource: bool
     condition: dict | None
 
+    @functools.cached_property
     def expansions(self) -> list[tuple[str, frozenset[str]]]:
-        """(entry as the report names it, the actions it grants or denies) for each entry."""
+        """(entry as the report names it, the actions it grants or denies) for each entry, expanded once."""
         if self.negated:
             named: set[str] = set().union(*(expand(e) for e in self.entries))
             return [(f"NotAction {', '.join(self.entries)}", frozenset(database()) - named)]
@@ -205,7 +206,7 @@ class Statement:
 
     @functools.cached_property
     def actions(self) -> frozenset[str]:
-        return frozenset().union(*(actions for _, actions in self.expansions()))
+        return frozenset().union(*(actions for _, actions in self.expansions))
 
     def on(self, arn: str) -> bool:
         """Whether the statement applies to the resource arn."""
@@ -348,7 +349,7 @@ def evaluate(
             continue
         applied.append(s)
         mapped = False
-        for entry, actions in s.expansions():
+        for entry, actions in s.expansions:
             remaining = set(actions)
             by: list[str] = []  # what takes its actions away
             if cap is not None and remaining - cap[1]:
