@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -486,52 +487,50 @@ def rollback(
         bool, typer.Option("--force", help="Undo even what someone changed since the run (a phase that checks stops)")
     ] = False,
 ) -> None:
-    """Undo the last committed run of one phase, after saying what that deletes or restores."""
+    """Undo the last committed run of one phase (or finish a rollback that was stopped), after saying what it
+    deletes or restores."""
+    from ferry.phases.rollback import PENDING, listing, roll_back, undo
     from ferry.runlog import RunLog
 
     loaded = load_plan(plan)
     loaded.plan.require_phases("--phase", [phase])
     runlog = RunLog(loaded.state_dir / "state")
     try:
-        live = runlog.live_commit(loaded.plan.name, phase)
-        if live is None:
-            raise UsageError(f"{phase} has no committed run to roll back")
-        run_id = live[0]
+        record = runlog.phase(loaded.plan.name, phase)
+        if record is not None and record.status in PENDING:
+            # A rollback that was decided and stopped (an interrupt, a failed item, a killed process) is finished.
+            run_id, input_hash = record.run_id, record.input_hash
+            why = f"finishing the rollback that run {run_id} decided"
+        else:
+            live = runlog.live_commit(loaded.plan.name, phase)
+            if live is None:
+                raise UsageError(f"{phase} has no committed run to roll back")
+            (run_id, input_hash), why = live, "rolled back by hand"
         run_record = runlog.run(run_id)
         if run_record is None:
             raise UsageError(f"{phase}: the run log has no record of run {run_id}, which committed it")
         undoer, audit_root = open_phase(loaded, phase), Path(run_record.audit_dir)
-        preview = undoer.rollback(audit_root, dry_run=True)
-        _show_undo(phase, run_id, audit_root, preview)
+        preview = undo(undoer, audit_root, dry_run=True)
+        say = functools.partial(out.print, markup=False, highlight=False)
+        say(f"rollback of {phase}, run {run_id}: {preview.text}")
+        for line in listing(phase, audit_root, preview):
+            say(line)
         if dry_run:
-            out.print("dry run: nothing was changed", markup=False, highlight=False)
+            say("dry run: nothing was changed")
             return
         if not yes:
             if not sys.stdin.isatty():
                 raise UsageError("rollback changes the target: add --yes to confirm (or --dry-run to only look)")
             if not typer.confirm(f"roll back {phase} of run {run_id}?", default=False):
-                out.print("nothing was changed", markup=False, highlight=False)
+                say("nothing was changed")
                 raise typer.Exit(1)
-        done = undoer.rollback(audit_root, force=force)
-        runlog.roll_back_commit(loaded.plan.name, phase, run_id, "rolled back by hand")
+        # Announced above already: the rollback itself says only what it did.
+        done = roll_back(undoer, runlog, run_id, audit_root, input_hash, why, lambda line: None, force=force)
     finally:
         runlog.close()
-    out.print(f"rolled back {phase} of run {run_id}: {done.text}", markup=False, highlight=False)
-
-
-def _show_undo(phase: str, run_id: str, audit_root: Path, preview) -> None:
-    """What a rollback will do: its summary, the first items, and the full list in the run's audit folder."""
-    out.print(f"rollback of {phase}, run {run_id}: {preview.text}", markup=False, highlight=False)
-    for item in preview.items[:_SHOWN_ACTIONS]:
-        out.print(f"  {item}", markup=False, highlight=False)
-    if len(preview.items) > _SHOWN_ACTIONS:
-        listing = audit_root / phase / "rollback-items.txt"
-        listing.write_text("\n".join(preview.items) + "\n", encoding="utf-8")
-        out.print(
-            f"  ... and {len(preview.items) - _SHOWN_ACTIONS} more ({len(preview.items)} in all: {listing})",
-            markup=False,
-            highlight=False,
-        )
+    say(f"rolled back {phase} of run {run_id}: {done.text}")
+    if done.failed:
+        raise FerryError(f"{done.failed} item(s) of the rollback failed: `ferry rollback --phase {phase}` tries again")
 
 
 manifests_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests rewritten for the target.")
@@ -877,9 +876,7 @@ def run() -> None:
     except UsageError as exc:
         _last_line("error", str(exc), 2)
     except Interrupted as exc:
-        _last_line(
-            "interrupted", f"{exc}; what was verified is kept: run the same command again to resume", exc.exit_code
-        )
+        _last_line("interrupted", f"{exc}; {exc.then}", exc.exit_code)
     except FerryError as exc:
         _last_line("failed", str(exc), 1)
     except typer.TyperException as exc:  # typer's parse errors; it vendors click, so they are not click's classes

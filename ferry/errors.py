@@ -56,11 +56,28 @@ class Interrupted(FerryError):
     Every verified object and part stays in the transfer state; running the same command resumes.
     """
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, then: str = "what was verified is kept: run the same command again to resume"):
         self.signum = signum
+        # What the operator does next, for the last line.
+        self.then = then
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
     @property
     def exit_code(self) -> int:
         """The shell's code for a process ended by the signal: 130 for SIGINT, 143 for SIGTERM."""
         return 128 + self.signum
+
+
+class RollbackInterrupted(Interrupted):
+    """An interrupt stopped a rollback between two items; what it undid is journalled, the next one finishes it."""
+
+
+class StepFailed(FerryError):
+    """A phase's step failed after its last retry: the one failure that rolls a phase back (with a gate's FAIL).
+
+    It carries the step's own error, which is what the user is told.
+    """
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error

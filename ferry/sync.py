@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,10 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from checks.data import NAME, DataTally, check_data
-from connectors.base import redact_url
+from connectors.base import Connector, redact_url
 from connectors.registry import open_connector
-from connectors.transfer import Action, Stats, Transfer, TransferSettings, TransferState, abort_incomplete
-from ferry.errors import FerryError
+from connectors.transfer import (
+    Action,
+    Stats,
+    Transfer,
+    TransferSettings,
+    TransferState,
+    abort_incomplete,
+    written_signatures,
+)
+from ferry.errors import FerryError, NotFoundError
+from ferry.interrupts import one_by_one
 from ferry.profiles import Profile
 from ferry.results import CheckResult, Status
 
@@ -118,30 +129,98 @@ def abort_uploads(target_url: str, profiles: Mapping[str, Profile]) -> list[tupl
         target.close()
 
 
-def delete_created(target_url: str, profiles: Mapping[str, Profile], journal: Path) -> dict[str, Any]:
-    """Undo a sync: delete the keys its journal says it created; write what was done beside the journal.
+def delete_created(
+    target_url: str,
+    profiles: Mapping[str, Profile],
+    journal: Path,
+    state_dir: Path,
+    *,
+    dry_run: bool = False,
+    stopping: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Undo a sync: delete the keys its journal says it created, each only while it is still what ferry wrote.
 
-    Objects that existed before and were overwritten cannot be restored without bucket
-    versioning; the report says so rather than pretending.
+    An object whose signature (ETag, or mtime for files) is not the one the transfer state recorded
+    when ferry verified it was written by someone else since, or never verified: it is kept and
+    listed. Each key's outcome is appended to `<journal>.undone.jsonl` as it happens, so a rollback
+    stopped between two keys (stopping set, Interrupted raised) resumes where it stopped; the
+    report beside the journal (`.rollback.json`) marks it done. With dry_run it decides the same
+    way and changes nothing. Objects that existed before and were overwritten cannot be restored
+    without bucket versioning; the report says so.
     """
+    undone_path = journal.with_name(journal.stem + ".undone.jsonl")
+    undone = _undone(undone_path)
+    keys = list(dict.fromkeys(json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines() if line))
+    pending = [key for key in keys if key not in undone]
+    decided: dict[str, dict[str, str]] = {}
     target = open_connector(target_url, profiles)
-    deleted, errors = 0, []
     try:
-        if journal.exists():
-            with journal.open(encoding="utf-8") as lines:
-                for line in lines:
+        recorded = written_signatures(state_dir, target.url, set(pending))
+        live = _signatures(target, os.path.commonprefix(pending), set(pending)) if pending else {}
+        with contextlib.ExitStack() as stack:
+            out = None if dry_run else stack.enter_context(undone_path.open("a", encoding="utf-8"))
+            for key in one_by_one(pending, None if dry_run else stopping):
+                if key not in live:
+                    outcome = {"key": key, "done": "gone", "why": "not in the target (deleted already)"}
+                elif key not in recorded:
+                    outcome = {"key": key, "done": "kept", "why": "no record that ferry verified what is there"}
+                elif live[key] != recorded[key]:
+                    outcome = {"key": key, "done": "kept", "why": "changed since ferry wrote it"}
+                elif dry_run:
+                    outcome = {"key": key, "done": "deleted"}
+                else:
                     try:
-                        target.delete(json.loads(line))
-                        deleted += 1
+                        target.delete(key)
+                        outcome = {"key": key, "done": "deleted"}
                     except FerryError as exc:
-                        errors.append(str(exc))
+                        outcome = {"key": key, "done": "failed", "why": str(exc)}
+                if out is not None and outcome["done"] != "failed":
+                    out.write(json.dumps(outcome) + "\n")
+                    out.flush()
+                decided[key] = outcome
     finally:
         target.close()
+    if dry_run:
+        words = {"deleted": "delete {key}", "gone": "{key} is gone already", "kept": "keep {key}: {why}"}
+        items = [words[o["done"]].format(**{"why": "", **o}) for o in decided.values()]
+        return {"to_delete": sum(o["done"] == "deleted" for o in decided.values()), "items": items}
+    outcomes = [undone.get(key) or decided[key] for key in keys if key in undone or key in decided]
+    kept = [f"kept {o['key']}: {o['why']}" for o in outcomes if o["done"] == "kept"]
+    errors = [f"{o['key']}: {o['why']}" for o in outcomes if o["done"] == "failed"]
     report = {
-        "deleted_created_objects": deleted,
+        "deleted_created_objects": sum(o["done"] == "deleted" for o in outcomes),
+        "gone_already": sum(o["done"] == "gone" for o in outcomes),
+        "kept": len(kept),
+        "first_kept": kept[:20],
         "errors": len(errors),
         "first_errors": errors[:20],
         "note": "objects that existed before and were overwritten cannot be restored without bucket versioning",
     }
-    journal.with_name(journal.stem + ".rollback.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    if not errors:
+        # Done: a failed deletion leaves the journal pending, so the next rollback tries it again.
+        journal.with_name(journal.stem + ".rollback.json").write_text(json.dumps(report, indent=2) + "\n")
+    words = {"deleted": "deleted {key}", "gone": "{key} is gone already", "kept": "kept {key}: {why}"}
+    items = [words.get(o["done"], "could not delete {key}: {why}").format(**{"why": "", **o}) for o in outcomes]
+    return {**report, "items": items}
+
+
+def _signatures(target: Connector, prefix: str, keys: set[str]) -> dict[str, str]:
+    """The live signature of each of keys the target holds (one listing of their common prefix)."""
+    try:
+        return {info.key: info.signature for info in target.list(prefix) if info.key in keys}
+    except NotFoundError:  # the bucket or folder itself is gone
+        return {}
+
+
+def _undone(path: Path) -> dict[str, dict[str, str]]:
+    """What an earlier, stopped rollback of the same journal did, by key."""
+    if not path.exists():
+        return {}
+    done = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            outcome = json.loads(line)
+        except ValueError:  # the last line of a killed rollback, cut short
+            continue
+        done[outcome["key"]] = outcome
+    return done

@@ -1,7 +1,8 @@
-"""Any phase as a Prefect subflow: one task per step (with a rollback hook), then one gate task.
+"""Any phase as a Prefect subflow: one task per step, then one gate task.
 
 Flows orchestrate; the phase (ferry/phases/) computes. This module knows phases only through
-the Phase contract, so a phase registered anywhere runs here without a flow of its own.
+the Phase contract, so a phase registered anywhere runs here without a flow of its own. No task
+has a rollback hook: undoing is ferry's decision, taken by the pipeline after the gate.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.transactions import get_transaction
 
 from ferry.audit import AuditFolder
+from ferry.errors import PermanentError, StepFailed, TransientError
+from ferry.interrupts import failpoint
 from ferry.phases.base import Phase, Progress, Reporter, open_phase
 from ferry.plan import load_plan
 from flows.retry import transient_retries
@@ -44,30 +46,33 @@ class PrefectReporter(Reporter):
         return _ArtifactProgress(key, description)
 
 
-# Per running phase (by its run's audit folder): set when the run is interrupted (Ctrl-C, SIGTERM, a cancel
-# from the UI), so that steps running in task threads wind down, keeping what they verified.
+# Per running phase (by its run's audit folder): set when the phase ends early (Ctrl-C, SIGTERM, a cancel from
+# the UI, or a step that failed), so that steps running in task threads wind down, keeping what they verified.
 _stopping: dict[str, threading.Event] = {}
 
 
 @task(name="phase-step", cache_policy=NO_CACHE)
 def run_step(plan_path: str, audit_root: str, phase: str, step: str) -> dict[str, Any]:
-    """One step of a phase; its transaction keeps what the rollback hook needs."""
-    transaction = get_transaction()
-    for key, value in {"plan_path": plan_path, "audit_root": audit_root, "phase": phase, "step": step}.items():
-        transaction.set(key, value)
+    """One step of a phase; it journals in the audit folder what undoing it needs."""
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
-    return _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter(stopping))
-
-
-@run_step.on_rollback
-def _undo_step(transaction) -> None:  # noqa: ANN001 - Prefect passes the task's transaction
-    phase = _load(transaction.get("plan_path"), transaction.get("phase"))
-    phase.rollback(Path(transaction.get("audit_root")), [transaction.get("step")])
+    ending = "the phase is ending (an interrupt, or another step failed)"
+    if stopping.is_set():  # a retry or a queued step after that: it does not start
+        raise PermanentError(f"not started: {ending}")
+    try:
+        summary = _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter(stopping))
+    except TransientError as exc:
+        if stopping.is_set():
+            # No retry of this step starts now: the next run resumes it.
+            raise PermanentError(f"stopped: {ending}: {exc}") from exc
+        raise
+    failpoint("step", stopping)
+    return summary
 
 
 @task(name="gate", cache_policy=NO_CACHE)
 def run_gate(plan_path: str, audit_root: str, phase: str) -> list[dict]:
     """The phase's gate after every step; results as dicts (they cross a task boundary)."""
+    failpoint("gate", _stopping.get(f"{audit_root}:{phase}"))
     return [r.to_dict() for r in _load(plan_path, phase).gate(AuditFolder(Path(audit_root)))]
 
 
@@ -88,13 +93,17 @@ def phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[di
             )
             for step in steps
         ]
-        summaries = [future.result() for future in futures]
+        try:
+            summaries = [future.result() for future in futures]
+        except Exception as exc:
+            # After its last retry: ferry's pipeline rolls the phase back for this, and for a gate's FAIL only.
+            raise StepFailed(exc) from exc
+        AuditFolder(Path(audit_root)).write_json(phase, "summary.json", summaries)
+        gate = run_gate.with_options(task_run_name=f"{phase} gate")(plan_path, audit_root, phase)
     except BaseException:
-        # Interrupted (or failed) while steps run: they stop now, before Prefect waits for their threads.
+        # Interrupted (or failed) while steps or the gate run: they stop now, before Prefect waits for their
+        # threads. The event stays set (and registered), so that no retry or queued step starts after this.
         stopping.set()
         raise
-    finally:
-        _stopping.pop(f"{audit_root}:{phase}", None)
-    AuditFolder(Path(audit_root)).write_json(phase, "summary.json", summaries)
-    gate = run_gate.with_options(task_run_name=f"{phase} gate")(plan_path, audit_root, phase)
+    _stopping.pop(f"{audit_root}:{phase}", None)
     return {"summaries": summaries, "gate": gate}

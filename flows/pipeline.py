@@ -1,15 +1,21 @@
-"""The migration pipeline: the plan's phases in order, each a subflow in its own transaction, a gate after each.
+"""The migration pipeline: the plan's phases in order, each a subflow, a gate after each.
 
-A failed gate or an error rolls back that phase only (its tasks' on_rollback hooks run);
-earlier committed phases stay as they are. The runlog records each phase's input hash and
-outcome, so running the plan again skips phases committed with the same inputs and resumes
-the first one that did not commit.
+ferry alone decides to undo, once a phase's steps and gate have ended: a failed gate or a step
+that failed after its last retry rolls back that phase only (`ferry.phases.rollback`); earlier
+committed phases stay as they are. No Prefect transaction or rollback hook runs: Prefect rolls a
+transaction back on any exception, an interrupt's or a retried task's included, which deleted
+what had been verified. An interrupt anywhere stops the run and undoes nothing. The run log
+records each phase's input hash and outcome, so running the plan again skips phases committed
+with the same inputs, finishes a rollback that was stopped, and resumes the first phase that did
+not commit.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,11 +24,12 @@ from prefect import flow, pause_flow_run, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import FlowPauseTimeout, TerminationSignal
-from prefect.transactions import transaction
 
 from ferry.audit import AuditFolder
-from ferry.errors import FerryError, GateFailed, Interrupted, UsageError
+from ferry.errors import FerryError, GateFailed, Interrupted, StepFailed, UsageError
+from ferry.interrupts import deferred, failpoint
 from ferry.phases.base import Phase, open_phase, preflight
+from ferry.phases.rollback import PENDING, UNFINISHED, resume, roll_back
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
 from ferry.runlog import RunLog
@@ -91,40 +98,17 @@ def migrate(
     structlog.contextvars.bind_contextvars(run_id=run_id)
     outcomes: dict[str, str] = {}
     try:
-        outcomes["preflight"] = _preflight(loaded, audit)
-        for phase in plan.enabled_phases():
-            if only and phase not in only:
-                continue
-            structlog.contextvars.bind_contextvars(phase=phase)
-            runner = open_phase(loaded, phase)
-            digest = runner.input_hash()
-            last = runlog.phase(plan.name, phase)
-            unchanged = last and last.status in ("committed", "unchanged") and last.input_hash == digest
-            if unchanged and not runner.live_inputs and phase not in (force or []):
-                log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
-                outcomes[phase] = "skipped"
-                continue
-            if phase in plan.approve_before:
-                _approve(runner, run_id, approval_timeout_s, runlog, digest)
-            runlog.set_phase(plan.name, phase, digest, "running", run_id)
-            try:
-                outcomes[phase], changed = _run_phase(runner, audit)
-            except Interrupted as exc:
-                runlog.set_phase(plan.name, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
-                raise
-            except Exception as exc:
-                runlog.set_phase(plan.name, phase, digest, "rolled_back", run_id, str(exc))
-                raise
-            if changed:
-                runlog.set_phase(plan.name, phase, digest, "committed", run_id, outcomes[phase])
-            else:
-                # No commit: `ferry rollback` never undoes a run that changed nothing.
-                log.info("nothing changed: no commit recorded")
-                runlog.set_phase(plan.name, phase, digest, "unchanged", run_id, outcomes[phase])
+        with _interrupts_as_one():
+            outcomes["preflight"] = _preflight(loaded, audit)
+            for phase in plan.enabled_phases():
+                if only and phase not in only:
+                    continue
+                structlog.contextvars.bind_contextvars(phase=phase)
+                outcomes[phase] = _phase(open_phase(loaded, phase), audit, runlog, run_id, force, approval_timeout_s)
         runlog.end_run(run_id, "completed")
-    except (Interrupted, KeyboardInterrupt, TerminationSignal) as exc:
+    except Interrupted as exc:
         # Also between phases (preflight, an approval wait): nothing is rolled back, the same command resumes.
-        runlog.end_run(run_id, "interrupted", str(exc) or type(exc).__name__)
+        runlog.end_run(run_id, "interrupted", str(exc))
         raise
     except BaseException as exc:
         runlog.end_run(run_id, "failed", str(exc))
@@ -133,6 +117,83 @@ def migrate(
         structlog.contextvars.unbind_contextvars("run_id", "phase")
         runlog.close()
     return {"run_id": run_id, "audit": str(audit.root), "phases": outcomes}
+
+
+@contextmanager
+def _interrupts_as_one() -> Iterator[None]:
+    """Ctrl-C (KeyboardInterrupt) and SIGTERM or a cancel from the UI (Prefect's TerminationSignal) as Interrupted."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(signal.SIGINT) from None
+    except TerminationSignal as exc:
+        raise Interrupted(exc.signal) from None
+
+
+def _phase(
+    runner: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, force: list[str] | None, approval_timeout_s: int
+) -> str:
+    """One phase of the run, from the run log's record of it to its commit; its outcome."""
+    plan, phase = runner.loaded.plan.name, runner.name
+    digest = runner.input_hash()
+    last = runlog.phase(plan, phase)
+    if last is not None and last.status in PENDING:
+        # A rollback ferry decided and an interrupt (or a crash) stopped: it is finished before anything else.
+        previous = runlog.run(last.run_id)
+        if previous is None:
+            raise FerryError(
+                f"{phase}: the rollback run {last.run_id} decided is not finished and the run log has "
+                "no record of that run's audit folder: nothing else ran"
+            )
+        why = f"finishing the rollback that run {last.run_id} decided"
+        roll_back(runner, runlog, last.run_id, Path(previous.audit_dir), last.input_hash, why, log.warning)
+        last = runlog.phase(plan, phase)
+        if last is not None and last.status in PENDING:
+            raise FerryError(f"{phase}: the rollback run {last.run_id} decided is still not finished ({last.detail})")
+    unchanged = last and last.status in ("committed", "unchanged") and last.input_hash == digest
+    if unchanged and not runner.live_inputs and phase not in (force or []):
+        log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
+        return "skipped"
+    if last is not None and last.status in UNFINISHED and last.run_id != run_id:
+        # What that run (or the runs it resumed) changed is on the target and in no commit: this run's
+        # rollback must cover it too.
+        previous = runlog.run(last.run_id)
+        if previous is not None:
+            resume(audit, phase, Path(previous.audit_dir))
+    if phase in runner.loaded.plan.approve_before:
+        try:
+            with _interrupts_as_one():
+                _approve(runner, run_id, approval_timeout_s, runlog, digest)
+        except Interrupted as exc:
+            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc} waiting for approval: nothing changed")
+            raise
+    runlog.set_phase(plan, phase, digest, "running", run_id)
+    try:
+        with _interrupts_as_one():
+            outcome, changed = _run_phase(runner, audit, runlog, run_id, digest)
+    except Interrupted as exc:
+        record = runlog.phase(plan, phase)
+        if record is not None and (record.status, record.run_id) == ("running", run_id):
+            # Not after a rollback began: that one recorded where it stands itself.
+            log.warning("interrupted: nothing is rolled back; run the same command again to resume")
+            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
+        raise
+    except Exception as exc:
+        record = runlog.phase(plan, phase)
+        if record is not None and (record.status, record.run_id) == ("running", run_id):
+            # Neither a gate's FAIL nor a failed step (those rolled back and say so): nothing is undone.
+            runlog.set_phase(plan, phase, digest, "failed", run_id, f"{exc}; nothing was rolled back: run again")
+        raise
+    with deferred() as held:
+        # The commit record is written whole: an interrupt now is delivered once it is.
+        failpoint("commit", held)
+        if changed:
+            runlog.set_phase(plan, phase, digest, "committed", run_id, outcome)
+        else:
+            # No commit: `ferry rollback` never undoes a run that changed nothing.
+            log.info("nothing changed: no commit recorded")
+            runlog.set_phase(plan, phase, digest, "unchanged", run_id, outcome)
+    return outcome
 
 
 @task(name="preflight", cache_policy=NO_CACHE)
@@ -164,46 +225,26 @@ def _report(audit: AuditFolder, phase: str, results: list[CheckResult]) -> None:
     )
 
 
-def _run_phase(phase: Phase, audit: AuditFolder) -> tuple[str, bool]:
-    """One phase in its transaction: its gate's status and whether it changed the target.
+def _run_phase(phase: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, digest: str) -> tuple[str, bool]:
+    """Run the phase's subflow, then decide: its gate's status and whether it changed the target.
 
-    A FAIL gate raises inside the transaction, so the phase's steps roll back.
-
-    Prefect rolls back the steps that completed; the phase's own rollback then undoes what steps
-    that never completed left behind (it does nothing twice). An interrupt is not a failure: nothing
-    is rolled back, and the next run resumes.
+    A gate that FAILs (or WARNs under strict) or a step that failed after its last retry rolls the
+    phase back, here, once, after everything it ran has ended. Anything else (an interrupt, a gate that
+    could not measure, an orchestration error) propagates and undoes nothing.
     """
-    try:
-        return _transaction(phase, audit)
-    except Interrupted:
-        raise
-    except Exception:
-        phase.rollback(audit.root)
-        raise
-
-
-def _transaction(phase: Phase, audit: AuditFolder) -> tuple[str, bool]:
     name, strict = phase.name, phase.loaded.plan.strict
-    interrupted: int | None = None
-    with transaction(key=f"{audit.root.name}-{name}"):
-        subflow = phase_flow.with_options(name=name, flow_run_name=name)
-        # Prefect's transaction rolls back on any exception, an interrupt's too: caught inside it, an
-        # interrupt leaves what the phase did in place for the next run to resume.
-        try:
-            outcome = subflow(str(phase.loaded.path), str(audit.root), name)
-        except KeyboardInterrupt:
-            interrupted = signal.SIGINT
-        except TerminationSignal as exc:  # SIGTERM, or a cancel from the Prefect UI
-            interrupted = exc.signal
-        if interrupted is None:
-            results = [CheckResult.from_dict(r) for r in outcome["gate"]]
-            _report(audit, name, results)
-            status = gate_status(results, strict)
-            log.info("gate", status=status.value, checks=len(results))
-            if status == Status.FAIL:
-                failing = [r.name for r in blocking(results, strict)]
-                raise GateFailed(f"{name}: gate failed: {', '.join(failing)} (report: {audit.path(name, 'gate.md')})")
-    if interrupted is not None:
-        log.warning("interrupted: nothing is rolled back; run the same command again to resume")
-        raise Interrupted(interrupted)
+    subflow = phase_flow.with_options(name=name, flow_run_name=name)
+    try:
+        outcome = subflow(str(phase.loaded.path), str(audit.root), name)
+    except StepFailed as exc:
+        roll_back(phase, runlog, run_id, audit.root, digest, str(exc), log.warning)
+        raise exc.error from None
+    results = [CheckResult.from_dict(r) for r in outcome["gate"]]
+    _report(audit, name, results)
+    status = gate_status(results, strict)
+    log.info("gate", status=status.value, checks=len(results))
+    if status == Status.FAIL:
+        failed = f"{name}: gate failed: {', '.join(r.name for r in blocking(results, strict))}"
+        roll_back(phase, runlog, run_id, audit.root, digest, failed, log.warning)
+        raise GateFailed(f"{failed} (report: {audit.path(name, 'gate.md')})")
     return status.value, phase.changed(outcome["summaries"])

@@ -278,3 +278,55 @@ def signal_mid_copy(proc: subprocess.Popen, state_dir: Path, parts: int, sig: in
     sent = time.monotonic()
     _, err = proc.communicate(timeout=120)
     return err or "", time.monotonic() - sent
+
+
+class Watched:
+    """`ferry ARGS...` as its own process, its stderr read line by line as it comes, so that a test acts on
+    the process's own events (a log line, a failpoint: FERRY_FAILPOINTS) rather than on time."""
+
+    def __init__(self, *args: str, api: str | None = None, env: dict[str, str] | None = None):
+        import threading
+
+        environ = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "FERRY_DEBUG")}
+        environ.update({"COLUMNS": "200", **(env or {})})
+        if api:
+            environ["PREFECT_API_URL"] = api
+        self.proc = subprocess.Popen(
+            [FERRY, *args], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 180) -> bool:
+        """True once a line of stderr holds text; False if the process ended (or timeout passed) first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
+
+    def finish(self, sig: int | None = None, timeout: float = 180) -> tuple[int, str, str]:
+        """Send sig (if any), then (exit code, stdout, stderr) once the process has ended."""
+        if sig is not None:
+            self.proc.send_signal(sig)
+        try:
+            out = self.proc.stdout.read()
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self._reader.join(timeout=10)
+        return self.proc.returncode, out, "".join(self.lines)

@@ -10,7 +10,7 @@ from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, 
 from connectors.transfer.engine import Transfer, abort_incomplete
 from connectors.transfer.retry import hash_object, listing, retrying
 from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
-from connectors.transfer.state import ObjectRecord, TransferState
+from connectors.transfer.state import ObjectRecord, TransferState, written_signatures
 from connectors.transfer.stats import LatencyHistogram, Stats
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "merge_join",
     "part_size_for",
     "retrying",
+    "written_signatures",
 ]

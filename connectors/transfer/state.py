@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.base import Part
+from ferry.errors import PermanentError
 
 FOLDER = "transfers"
 # ferry 0.1's one file for the transfer state of every pair (and the run log, which ferry/runlog.py takes).
@@ -203,3 +204,26 @@ class TransferState:
             self._conn.execute("BEGIN")
             self._conn.execute("DELETE FROM parts WHERE key = ?", (key,))
             self._conn.execute("DELETE FROM uploads WHERE key = ?", (key,))
+
+
+def written_signatures(state_dir: Path, target_url: str, keys: set[str]) -> dict[str, str]:
+    """For each of keys that a shard syncing into target_url verified, the target's signature it recorded then.
+
+    Read from every shard's file under state_dir (a journal outlives the plan's shards).
+    """
+    found: dict[str, str] = {}
+    for path in sorted((state_dir / FOLDER).glob("*.sqlite")):
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            shard = conn.execute("SELECT target FROM shard").fetchone()
+            if shard is None or shard[0] != target_url:
+                continue
+            for key, dst_sig in conn.execute("SELECT key, dst_sig FROM objects"):
+                if key in keys:
+                    found[key] = dst_sig
+        except sqlite3.Error as exc:
+            # Taken for "no record", it would keep every object ferry wrote: say so instead, delete nothing.
+            raise PermanentError(f"transfer state {path} cannot be read ({exc}): nothing was deleted") from None
+        finally:
+            conn.close()
+    return found

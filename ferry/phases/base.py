@@ -46,10 +46,12 @@ class Changes:
 
 @dataclass(frozen=True)
 class Undo:
-    """What a rollback did or would do: one line, and each thing it deletes or restores (one line each)."""
+    """What a rollback did or would do: one line, each thing it deletes or restores (one line each), and how many
+    of them failed (a rollback with failures is not done: the next one tries them again)."""
 
     text: str
     items: list[str] = field(default_factory=list)
+    failed: int = 0
 
 
 class Reporter:
@@ -162,14 +164,19 @@ class Phase(abc.ABC):
 
     @abc.abstractmethod
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
-        """Undo what the run whose audit folder is audit_root did (all steps, or those named); say what was done.
+        """Undo what the run whose audit folder is audit_root did; say what was done, item by item.
 
-        Used during a run when a step or the gate fails, and later by `ferry rollback` for a
-        committed run. Undoing what was already undone does nothing: it must be safe to call twice.
-        With dry_run, change nothing and say what it would do. A phase that finds what the run left changed
-        since (by someone else) stops and says so, unless force (`ferry rollback --force`).
+        Called by ferry alone, never by an orchestrator's hook: by the pipeline once a phase's steps and
+        gate have ended and the gate failed (or a step did after its last retry), and by `ferry rollback`.
+        Undoing what was already undone does nothing: it must be safe to call twice. With dry_run, change
+        nothing and say what it would do. A phase that finds what the run left changed since (by someone
+        else) stops and says so, unless force (`ferry rollback --force`). When stopping is set (an
+        interrupt, held by `ferry.interrupts.deferred`) it stops between two items with the ones it undid
+        journalled (`ferry.interrupts.one_by_one` raises Interrupted), so that the next call finishes it
+        (a rollback of one or two items that each mark themselves done, as iam's and golive's, needs no stop).
+        Undo.failed counts the items that could not be undone.
         """
 
 

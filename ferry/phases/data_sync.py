@@ -22,6 +22,7 @@ from connectors.registry import open_connector
 from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
+from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, Undo
 from ferry.plan import Size
 from ferry.results import CheckResult
@@ -42,6 +43,9 @@ class DataSyncSettings(Settings):
     exclude: list[str] = Field(default_factory=list)
     delete: bool = False
     checksum: bool = False
+    # Attempts of each request on a transient error (throttling, 5xx, resets) before the object fails. How hard
+    # it tries, not what it produces: left out of the input hash (exclude), which stays what ferry 0.1 computed.
+    retries: int = Field(default=TransferSettings.retries, ge=1, le=100, exclude=True)
     # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
     shards: list[str] = Field(default_factory=list)
 
@@ -128,6 +132,7 @@ class DataSyncPhase(Phase):
             exclude=tuple(sync.exclude),
             delete=sync.delete,
             checksum=sync.checksum,
+            retries=sync.retries,
             prefix=shard,
             dry_run=dry_run,
         )
@@ -241,27 +246,32 @@ class DataSyncPhase(Phase):
         return results
 
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
-        """Delete every object the run's shards created (each journal once)."""
+        """Delete every object the run's shards created and that is still what ferry wrote (each journal once)."""
         folder = audit_root / self.name
         # Every shard the run journalled, whatever the plan's shards are now.
-        journals = (
-            sorted(folder.glob("created-*.jsonl"))
-            if steps is None
-            else [folder / _journal_name(shard) for shard in steps]
-        )
+        journals = sorted(j for j in folder.glob("created-*.jsonl") if not j.name.endswith(".undone.jsonl"))
         pending = [j for j in journals if j.exists() and not j.with_name(j.stem + ".rollback.json").exists()]
-        target = self.loaded.storage("target")
-        keys = [json.loads(line) for journal in pending for line in journal.read_text(encoding="utf-8").splitlines()]
+        target, state = self.loaded.storage("target"), self.loaded.state_dir / "state"
         kept = "objects it overwrote cannot be restored without bucket versioning"
         if dry_run:
-            return Undo(f"delete {len(keys)} object(s) it created in {target} ({kept})", [f"delete {k}" for k in keys])
-        deleted, errors = 0, 0
-        for journal in pending:
-            report = delete_created(target, self.loaded.plan.profiles, journal)
+            to_delete, items = 0, []
+            for journal in pending:
+                preview = delete_created(target, self.loaded.plan.profiles, journal, state, dry_run=True)
+                to_delete += preview["to_delete"]
+                items += preview["items"]
+            return Undo(
+                f"delete {to_delete} object(s) it created in {target} that are still what ferry wrote ({kept})", items
+            )
+        deleted, left, errors, items = 0, 0, 0, []
+        for journal in one_by_one(pending, stopping):
+            report = delete_created(target, self.loaded.plan.profiles, journal, state, stopping=stopping)
+            items += report.pop("items")
             log.warning("rolled back a data_sync shard", journal=str(journal), **report)
             deleted += report["deleted_created_objects"]
+            left += report["kept"]
             errors += report["errors"]
-        failed = f"; {errors} deletion(s) failed (see the .rollback.json files)" if errors else ""
-        return Undo(f"deleted {deleted} object(s) it had created{failed} ({kept})", [f"delete {k}" for k in keys])
+        kept_words = f"; kept {left} that someone else changed or ferry never verified" if left else ""
+        failed = f"; {errors} deletion(s) failed: the next rollback tries them again" if errors else ""
+        return Undo(f"deleted {deleted} object(s) it had created{kept_words}{failed} ({kept})", items, errors)

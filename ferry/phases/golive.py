@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -492,7 +493,7 @@ class GolivePhase(Phase):
         return self.checks(audit)
 
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
         """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
         folder = audit_root / self.name
@@ -514,7 +515,9 @@ class GolivePhase(Phase):
                 done.append(self._restore(original, folder))
         if not items:
             return Undo(f"nothing to undo: run {audit_root.name} left nothing behind")
-        return Undo("; ".join(items) if dry_run else "; ".join(done), items)
+        # A clean-up or a restore that could not be done leaves the rollback unfinished: the next one tries again.
+        failed = sum(line.startswith("could not") for line in done)
+        return Undo("; ".join(items) if dry_run else "; ".join(done), items, failed)
 
     def _api(self):
         """A client of target.cluster (which must be set); UsageError when its kubeconfig cannot give one."""

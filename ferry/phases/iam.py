@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -238,7 +239,7 @@ class IamPhase(Phase):
         ]
 
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
         """The run's publication is replaced by what it replaced (or removed, if it replaced nothing)."""
         folder = audit_root / self.name

@@ -40,6 +40,7 @@ from ferry.audit import AuditFolder
 from ferry.digest_map import ImageRecord
 from ferry.errors import FerryError, PermanentError, UsageError
 from ferry.images import Rebased, content_hash, cuda_version, match_tags, normalise, read_dockerfile, rebase
+from ferry.interrupts import one_by_one
 from ferry.oci import Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import BaseImageRule, LoadedPlan, Plan
@@ -671,7 +672,7 @@ class ImagesPhase(Phase):
 
     # -- rollback ---------------------------------------------------------------------------------
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
         """Delete the tags the run pushed, put the tags it moved back, and restore the digest map it replaced.
 
@@ -685,8 +686,17 @@ class ImagesPhase(Phase):
         pushed = self.journal(audit_root).get("pushed", [])
         # Tags this run created may share a digest: deleting it removes them together, and nothing else.
         ours = {e["target"] for e in pushed if not e["previous"]}
-        for entry in reversed(pushed):
+        # A rollback stopped between two tags left the ones it undid here; they are not undone twice.
+        undone_file = folder / "rollback-undone.jsonl"
+        undone = set(undone_file.read_text(encoding="utf-8").splitlines()) if undone_file.exists() else set()
+        for entry in one_by_one(reversed(pushed), stopping):
+            if entry["target"] in undone:
+                items.append(f"{entry['target']} is undone already")
+                continue
             items.append(self._undo_push(folder, entry, ours, dry_run))
+            if not dry_run:
+                with undone_file.open("a", encoding="utf-8") as journal:
+                    journal.write(entry["target"] + "\n")
         if not items:
             return Undo(f"nothing to undo: run {audit_root.name} pushed and published nothing")
         text = f"{'would undo' if dry_run else 'undid'} {len(items)} change(s) of run {audit_root.name}"

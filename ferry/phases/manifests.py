@@ -14,6 +14,7 @@ import copy
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.golive import kube
+from ferry.interrupts import one_by_one
 from ferry.manifests import (
     MANAGED_BY_LABEL,
     PLAN_LABEL,
@@ -509,7 +511,7 @@ class ManifestsPhase(Phase):
 
     # -- rollback ---------------------------------------------------------------------------------------
     def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
+        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
         """Restore every object the run changed as the snapshot has it, delete what it created, in reverse wave
         order; objects someone changed since the rollout stop it (ferry rollback --force goes on)."""
@@ -531,14 +533,18 @@ class ManifestsPhase(Phase):
             first = merged.setdefault(entry["key"], dict(entry))
             if entry["action"] == "replaced" and first["action"] != "created":
                 first["action"] = "replaced"
-        order = list(merged.values())[::-1]
+        # A rollback stopped between two objects left the ones it undid here: not undone twice, and not taken for
+        # drift (they differ from what the rollout left because the rollback put them back).
+        undone_file = folder / "rollback-undone.jsonl"
+        undone = set(undone_file.read_text(encoding="utf-8").splitlines()) if undone_file.exists() else set()
+        order = [a for a in list(merged.values())[::-1] if a["key"] not in undone]
         items = [
             f"{'delete' if a['action'] == 'created' else 'restore'} {shown(a['key'])} ({a['wave']})" for a in order
         ]
         cluster = self.cluster()
         # During the run itself (its gate failed) its own rollback restores without asking; after a commit,
         # someone may have changed what the rollout left.
-        drifted = self._drifted(cluster, folder) if self._committed(audit_root) else []
+        drifted = [k for k in self._drifted(cluster, folder) if k not in undone] if self._committed(audit_root) else []
         if dry_run:
             notes = [f"changed since the rollout: {shown(key)}" for key in drifted]
             return Undo(f"restore {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
@@ -547,7 +553,12 @@ class ManifestsPhase(Phase):
                 f"{len(drifted)} object(s) changed since the rollout of run {audit_root.name} "
                 f"({', '.join(shown(k) for k in drifted[:3])}): rollback stopped; --force restores anyway"
             )
-        kept = [self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"])) for entry in order]
+        kept = []
+        with undone_file.open("a", encoding="utf-8") as journal:
+            for entry in one_by_one(order, stopping):
+                kept.append(self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"])))
+                journal.write(entry["key"] + "\n")
+                journal.flush()
         notes = [note for note in kept if note]
         undo = Undo(f"restored {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
         done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")

@@ -54,19 +54,24 @@ spec:
 """
 
 
+def seed(emu: KubeEmulator) -> KubeEmulator:
+    """The cluster before the rollout: the target namespace, holding an older trainer-config."""
+    emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    emu.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "trainer-config", "namespace": NS},
+            "data": {"EPOCHS": "5"},
+        }
+    )
+    return emu
+
+
 @pytest.fixture
 def emulator() -> Iterator[KubeEmulator]:
     with KubeEmulator() as emu:
-        emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        emu.seed(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "trainer-config", "namespace": NS},
-                "data": {"EPOCHS": "5"},
-            }
-        )
-        yield emu
+        yield seed(emu)
 
 
 def _plan(root: Path, name: str, emulator: KubeEmulator) -> Path:

@@ -82,7 +82,7 @@ def test_failed_gate_rolls_the_phase_back_and_a_fixed_rerun_resumes(prefect_api,
         migrate(plan_path=str(plan))
     gate = Path(str(failed.value).rsplit("report: ", 1)[1].rstrip(")")).read_text()
     assert "- extra_in_target: a/stray.bin" in gate  # the report names the key, not only a count
-    # The rollback hooks deleted what the phase created; what was there before stays.
+    # ferry rolled back what the phase created; what was there before stays.
     assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["stray.bin"]
     runlog = RunLog(tmp_path / ".ferry" / "state")
     phase = runlog.phase("gate-fails", "data_sync")

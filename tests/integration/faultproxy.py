@@ -17,8 +17,9 @@ SLOWDOWN = (
 
 class FaultProxy:
     """Forward to upstream_port; every `every`-th request gets a 503 SlowDown instead (0: never),
-    writes to paths containing `deny` get 403 AccessDenied, and the first `corrupt_times` writes
-    to paths containing `corrupt` reach the server with one byte flipped."""
+    writes to paths containing `deny` get 403 AccessDenied, writes to paths containing `unavailable`
+    get 503 SlowDown while it is set (a test clears it), and the first `corrupt_times` writes to paths
+    containing `corrupt` reach the server with one byte flipped."""
 
     def __init__(
         self,
@@ -28,6 +29,7 @@ class FaultProxy:
         deny: str | None = None,
         corrupt: str | None = None,
         corrupt_times: int = 1,
+        unavailable: str | None = None,
     ):
         self.upstream_port = upstream_port
         self.every = every
@@ -35,6 +37,8 @@ class FaultProxy:
         self.corrupt = corrupt
         self.corrupt_left = corrupt_times
         self.corrupted = 0
+        self.unavailable = unavailable
+        self.refused = 0
         self.retry_after = retry_after
         self.requests = 0
         self.injected = 0
@@ -56,6 +60,12 @@ class FaultProxy:
                     proxy.injected += int(inject)
                 if proxy.deny and proxy.deny in self.path and self.command in ("PUT", "POST"):
                     self._error(403, DENIED, {})
+                    return
+                refuse = proxy.unavailable
+                if refuse and refuse in self.path and self.command in ("PUT", "POST"):
+                    with proxy._lock:
+                        proxy.refused += 1
+                    self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
                     return
                 if inject:
                     self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
@@ -99,6 +109,10 @@ class FaultProxy:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> FaultProxy:
         self._thread.start()

@@ -14,6 +14,7 @@ import pytest
 from pydantic import Field
 
 from ferry.audit import AuditFolder
+from ferry.errors import TransientError
 from ferry.phase_registry import phase_names, register, unregister
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.results import CheckResult, Status
@@ -27,6 +28,9 @@ class StampSettings(Settings):
 
 class StampGate(Settings):
     max_files: int = Field(default=10, ge=0)
+    # Test switches: the gate cannot measure (it raises), and the rollback cannot remove its files.
+    crash: bool = False
+    undo_fails: bool = False
 
 
 class StampPhase(Phase):
@@ -61,19 +65,17 @@ class StampPhase(Phase):
         return {"word": step, "created": created}
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
+        if self.gate_settings.crash:
+            raise TransientError("the stamp store did not answer")
         found = len(list(self.folder.iterdir()))
         status = Status.PASS if found <= self.gate_settings.max_files else Status.FAIL
         return [CheckResult("stamp.files", status, {"files": found}, {"max_files": self.gate_settings.max_files})]
 
-    def rollback(
-        self, audit_root: Path, steps: list[str] | None = None, *, dry_run: bool = False, force: bool = False
-    ) -> Undo:
-        records = [
-            record
-            for record in sorted((audit_root / self.name).glob("created-*.json"))
-            if steps is None or record.stem.removeprefix("created-") in steps
-        ]
+    def rollback(self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping=None) -> Undo:
+        records = sorted((audit_root / self.name).glob("created-*.json"))
         files = [Path(json.loads(record.read_text())["file"]) for record in records]
+        if self.gate_settings.undo_fails and not dry_run:
+            return Undo(f"could not remove {len(files)} stamp file(s)", [f"remove {f}" for f in files], len(files))
         if not dry_run:
             for path, record in zip(files, records, strict=True):
                 path.unlink(missing_ok=True)
@@ -160,3 +162,54 @@ def test_phase_runs_skips_rolls_back_on_a_failed_gate_and_by_hand(stamp_phase, p
     assert code == 0, err
     assert f"rolled back stamp of run {first['run_id']}: removed 2 stamp file(s)" in out
     assert list(stamps.iterdir()) == []
+
+
+def test_a_gate_that_cannot_measure_undoes_nothing_and_the_next_commit_covers_that_run(
+    stamp_phase, prefect_api, tmp_path
+) -> None:
+    """Only a gate's FAIL or a failed step rolls back: a gate that raises leaves the phase `failed` with what it
+    did in place; the next run resumes it, so that a rollback of its commit removes the first run's files too."""
+    from ferry.runlog import RunLog
+    from flows.pipeline import migrate
+
+    stamps = tmp_path / ".ferry" / "stamps"
+    plan = write(tmp_path, "stamp-crash", "a, b")
+    plan.write_text(plan.read_text().replace("max_files: 10", "max_files: 10, crash: true"))
+    with pytest.raises(TransientError, match="the stamp store did not answer"):
+        migrate(plan_path=str(plan))
+    assert sorted(p.name for p in stamps.iterdir()) == ["a", "b"]  # nothing rolled back
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    record = runlog.phase("stamp-crash", "stamp")
+    assert record.status == "failed" and "nothing was rolled back" in record.detail
+    runlog.close()
+
+    plan.write_text(plan.read_text().replace(", crash: true", ""))
+    assert migrate(plan_path=str(plan))["phases"]["stamp"] == "PASS"
+    code, out, err = run_cli("rollback", str(plan), "--phase", "stamp", "--yes")
+    assert code == 0 and "removed 2 stamp file(s)" in out, err  # the first run's, through the second's commit
+    assert list(stamps.iterdir()) == []
+
+
+def test_a_rollback_that_fails_is_finished_before_the_phase_runs_again(stamp_phase, prefect_api, tmp_path) -> None:
+    from ferry.errors import FerryError, GateFailed
+    from ferry.runlog import RunLog
+    from flows.pipeline import migrate
+
+    stamps = tmp_path / ".ferry" / "stamps"
+    plan = write(tmp_path, "stamp-undo-fails", "a, b", max_files=0)
+    plan.write_text(plan.read_text().replace("max_files: 0", "max_files: 0, undo_fails: true"))
+    with pytest.raises(GateFailed):
+        migrate(plan_path=str(plan))
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("stamp-undo-fails", "stamp").status == "rollback_failed"
+    # Still failing: the run stops there, nothing else runs over a rollback that is not finished.
+    with pytest.raises(FerryError, match="the rollback run .* decided is still not finished"):
+        migrate(plan_path=str(plan))
+    assert sorted(p.name for p in stamps.iterdir()) == ["a", "b"]
+    assert not (tmp_path / "dst").exists()  # data_sync, after stamp, never ran
+
+    plan.write_text(plan.read_text().replace("max_files: 0, undo_fails: true", "max_files: 10"))
+    outcome = migrate(plan_path=str(plan))
+    assert outcome["phases"]["stamp"] == "PASS"
+    assert runlog.phase("stamp-undo-fails", "stamp").status == "committed"
+    runlog.close()

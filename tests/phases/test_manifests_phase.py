@@ -316,7 +316,7 @@ def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: 
         phase.run("rollout", audit, Reporter())
     assert emulator.get("v1", "PersistentVolumeClaim", "checkpoints", NS) is not None
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "10"
-    undo = phase.rollback(audit.root, ["rollout"])
+    undo = phase.rollback(audit.root)
     assert undo.items[0] == f"delete apps/v1 Deployment {NS} trainer (workloads)"
     after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
     assert after == before

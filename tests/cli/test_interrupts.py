@@ -1,0 +1,327 @@
+"""Nothing verified is ever deleted by an interrupt or a retry: `ferry run` through the installed command,
+against a real moto server and a real Prefect server, stopped at each window by SIGINT.
+
+Each window is found by the process's own events: a log line, or a failpoint (FERRY_FAILPOINTS) where it
+waits for the signal. Each test checks the target bucket, not only the exit code and the message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry.runlog import RunLog
+from tests.integration.faultproxy import FaultProxy
+from tests.support import Watched, run_ferry
+
+SMALL = 28  # small objects per shard: 56 in all, as the operator's report had
+
+
+def data_plan(root: Path, bucket: str, moto, *, slow_b: bool = False, extra: str = "", endpoint: str = "") -> Path:
+    """A plan syncing ./src (shards a/ and b/, SMALL objects each) to moto bucket `bucket`; slow_b adds a
+    24 MiB object to b/ sent at 4 MB/s, so that b/ is still copying for seconds after a/ is done."""
+    for shard in ("a", "b"):
+        for i in range(SMALL):
+            path = root / "src" / shard / f"{i:03d}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(f"{shard}{i}".encode() * 50)
+    if slow_b:
+        (root / "src" / "b" / "zz-large.bin").write_bytes(os.urandom(24 << 20))
+    moto.client("s3").create_bucket(Bucket=bucket)
+    limit = ", bwlimit: 4M" if slow_b else ""
+    plan = root / "migration.yaml"
+    plan.write_text(
+        f"name: {bucket}\nsource: {{storage: ./src}}\ntarget: {{storage: 'moto://{bucket}/p'}}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{endpoint or moto.endpoint}', min_part_size: 262144}}}}\n"
+        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, shards: [a/, b/]"
+        f"{limit}}}\n" + (extra or "retries: {attempts: 0, delay_s: 0}\n")
+    )
+    return plan
+
+
+def keys(moto, bucket: str) -> list[str]:
+    pages = moto.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def source_keys(root: Path) -> list[str]:
+    return sorted(f"p/{p.relative_to(root / 'src').as_posix()}" for p in (root / "src").rglob("*") if p.is_file())
+
+
+def phase_record(root: Path, plan: str, phase: str = "data_sync"):
+    runlog = RunLog(root / ".ferry" / "state")
+    try:
+        return runlog.phase(plan, phase)
+    finally:
+        runlog.close()
+
+
+def interrupted_at(
+    plan: Path, api: str, failpoint: str, sig: int = signal.SIGINT, command: tuple[str, ...] = ("run",)
+) -> tuple[int, str]:
+    """`ferry COMMAND plan` stopped by sig once it reports reaching failpoint; (exit code, stderr)."""
+    run = Watched(command[0], str(plan), *command[1:], api=api, env={"FERRY_FAILPOINTS": failpoint})
+    reached = run.wait_for(f"ferry failpoint: {failpoint}")
+    code, _, err = run.finish(sig if reached else None)
+    assert reached, err[-3000:]
+    return code, err
+
+
+def rerun_copies_nothing(plan: Path, api: str) -> None:
+    code, out, err = run_ferry("run", str(plan), api=api)
+    assert code == 0 and "data_sync PASS" in out, err[-3000:]
+    audit = Path(out.split("audit folder: ")[1].split()[0])
+    summaries = json.loads((audit / "data_sync" / "summary.json").read_text())
+    assert [s["objects"]["copied"] for s in summaries] == [0, 0]
+
+
+def test_ctrl_c_in_the_gate_keeps_every_object(prefect_api, moto_env, tmp_path) -> None:
+    plan = data_plan(tmp_path, "gate-interrupted", moto_env)
+    code, err = interrupted_at(plan, prefect_api, "gate")
+    assert code == 130, err[-3000:]
+    assert "ferry: interrupted by SIGINT; what was verified is kept: run the same command again to resume" in err
+    assert "Traceback" not in err and "rolling back" not in err, err[-3000:]
+    assert keys(moto_env, "gate-interrupted") == source_keys(tmp_path)  # all 56 kept
+    assert phase_record(tmp_path, "gate-interrupted").status == "interrupted"
+    rerun_copies_nothing(plan, prefect_api)
+
+
+def test_sigterm_in_the_gate_keeps_every_object(prefect_api, moto_env, tmp_path) -> None:
+    plan = data_plan(tmp_path, "gate-terminated", moto_env)
+    code, err = interrupted_at(plan, prefect_api, "gate", signal.SIGTERM)
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    assert keys(moto_env, "gate-terminated") == source_keys(tmp_path)
+
+
+def test_ctrl_c_in_the_commit_lets_the_commit_record_be_written_whole(prefect_api, moto_env, tmp_path) -> None:
+    plan = data_plan(tmp_path, "commit-interrupted", moto_env)
+    code, err = interrupted_at(plan, prefect_api, "commit")
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    assert keys(moto_env, "commit-interrupted") == source_keys(tmp_path)
+    # The signal was held until the record was written, then delivered: committed, and the run interrupted.
+    assert phase_record(tmp_path, "commit-interrupted").status == "committed"
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    try:
+        assert runlog.runs("commit-interrupted")[0].status == "interrupted"
+    finally:
+        runlog.close()
+    rerun_copies_nothing(plan, prefect_api)
+
+
+def test_ctrl_c_between_two_shards_keeps_the_finished_one(prefect_api, moto_env, tmp_path) -> None:
+    """Shard a/ has finished (its task completed), b/ is still copying: the interrupt must not undo a/."""
+    plan = data_plan(tmp_path, "between-shards", moto_env, slow_b=True)
+    run = Watched("run", str(plan), api=prefect_api)
+    finished_a = run.wait_for("shard=a/")
+    code, _, err = run.finish(signal.SIGINT)
+    assert finished_a and code == 130 and "Traceback" not in err, err[-3000:]
+    held = keys(moto_env, "between-shards")
+    assert [k for k in held if k.startswith("p/a/")] == [k for k in source_keys(tmp_path) if k.startswith("p/a/")]
+    assert "p/b/zz-large.bin" not in held  # b/ was stopped mid-copy, not finished
+    rerun = run_ferry("run", str(plan), api=prefect_api)
+    assert rerun[0] == 0, rerun[2][-3000:]
+    assert keys(moto_env, "between-shards") == source_keys(tmp_path)
+
+
+def test_ctrl_c_in_an_approval_wait_keeps_what_an_earlier_run_committed(prefect_api, moto_env, tmp_path) -> None:
+    plan = data_plan(tmp_path, "approval-wait", moto_env)
+    assert run_ferry("run", str(plan), api=prefect_api)[0] == 0
+    committed = keys(moto_env, "approval-wait")
+    (tmp_path / "src" / "a" / "new.bin").write_bytes(b"new")
+    plan.write_text(plan.read_text() + "approve_before: [data_sync]\n")
+    run = Watched("run", str(plan), api=prefect_api)
+    waiting = run.wait_for("waits for approval")
+    code, _, err = run.finish(signal.SIGINT)
+    assert waiting and code == 130 and "Traceback" not in err, err[-3000:]
+    assert keys(moto_env, "approval-wait") == committed and len(committed) == 2 * SMALL
+    assert phase_record(tmp_path, "approval-wait").status == "interrupted"
+
+
+def failing_gate_plan(root: Path, bucket: str, moto) -> Path:
+    """A plan whose gate fails (an object in the target the source lacks, and allow_extra false)."""
+    plan = data_plan(
+        root, bucket, moto, extra="gates:\n  data_sync: {allow_extra: false}\nretries: {attempts: 0, delay_s: 0}\n"
+    )
+    moto.client("s3").put_object(Bucket=bucket, Key="p/a/stray.bin", Body=b"someone else's")
+    return plan
+
+
+def test_ctrl_c_in_a_rollback_stops_between_items_and_ferry_rollback_finishes_it(
+    prefect_api, moto_env, tmp_path
+) -> None:
+    bucket = "rollback-interrupted"
+    plan = failing_gate_plan(tmp_path, bucket, moto_env)
+    code, err = interrupted_at(plan, prefect_api, "rollback-item")
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    # Announced before anything was deleted, with what it deletes.
+    assert "rolling back data_sync of run " in err and "  delete a/000.bin" in err, err[-3000:]
+    assert "the rollback of data_sync stopped between two items; `ferry rollback --phase data_sync`" in err
+    record = phase_record(tmp_path, bucket)
+    assert record.status == "rollback_interrupted"
+    left = keys(moto_env, bucket)
+    created = [k for k in source_keys(tmp_path)]
+    # It stopped after the first item of the first shard: one object deleted, the rest still there.
+    assert len([k for k in created if k not in left]) == 1 and "p/a/stray.bin" in left
+    code, out, _ = run_ferry("status", str(plan), api=prefect_api)
+    assert "rollback interrupted" in out, out
+
+    # `ferry rollback` itself, interrupted between two items too: it says how to finish, and the record stays.
+    by_hand = ("rollback", "--phase", "data_sync", "--yes")
+    code, err = interrupted_at(plan, prefect_api, "rollback-item", command=by_hand)
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    assert "ferry: interrupted by SIGINT; the rollback of data_sync stopped between two items" in err
+    assert phase_record(tmp_path, bucket).status == "rollback_interrupted"
+    assert len(keys(moto_env, bucket)) == len(left) - 1
+
+    # Someone overwrites one object ferry created: that one is no longer ferry's to delete.
+    moto_env.client("s3").put_object(Bucket=bucket, Key="p/b/005.bin", Body=b"changed by someone")
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--yes")
+    assert code == 0, err
+    # Announced as it will be done: what was deleted before the interrupt is not listed again.
+    assert f"rollback of data_sync, run {record.run_id}: delete 53 object(s)" in out, out
+    listing = Path(out.split(" in all: ")[1].split(")")[0]).read_text()
+    assert "keep b/005.bin: changed since ferry wrote it" in listing.splitlines(), listing
+    assert "kept 1 that someone else changed or ferry never verified" in out, out
+    assert keys(moto_env, bucket) == ["p/a/stray.bin", "p/b/005.bin"]
+    assert phase_record(tmp_path, bucket).status == "rolled_back"
+    # Done once: a second rollback has nothing to undo.
+    assert run_ferry("rollback", str(plan), "--phase", "data_sync", "--yes")[0] == 2
+
+
+def test_the_same_run_again_finishes_an_interrupted_rollback_then_runs_the_phase(
+    prefect_api, moto_env, tmp_path
+) -> None:
+    bucket = "rollback-rerun"
+    plan = failing_gate_plan(tmp_path, bucket, moto_env)
+    code, err = interrupted_at(plan, prefect_api, "rollback-item")
+    assert code == 130, err[-3000:]
+    run_id = phase_record(tmp_path, bucket).run_id
+    moto_env.client("s3").delete_object(Bucket=bucket, Key="p/a/stray.bin")  # the cause, fixed
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
+    assert code == 0 and "data_sync PASS" in out, err[-3000:]
+    assert f"rolling back data_sync of run {run_id} (finishing the rollback that run {run_id} decided)" in err
+    assert keys(moto_env, bucket) == source_keys(tmp_path)
+
+
+def test_a_resumed_runs_rollback_covers_what_the_interrupted_run_created(prefect_api, moto_env, tmp_path) -> None:
+    bucket = "resumed-rollback"
+    plan = data_plan(
+        tmp_path,
+        bucket,
+        moto_env,
+        slow_b=True,
+        extra="gates:\n  data_sync: {allow_extra: false}\nretries: {attempts: 0, delay_s: 0}\n",
+    )
+    run = Watched("run", str(plan), api=prefect_api)
+    assert run.wait_for("shard=a/")
+    assert run.finish(signal.SIGINT)[0] == 130
+    first = phase_record(tmp_path, bucket).run_id
+    assert any(k.startswith("p/a/") for k in keys(moto_env, bucket))
+    moto_env.client("s3").put_object(Bucket=bucket, Key="p/a/stray.bin", Body=b"someone else's")
+    # The resumed run copies only b/ (a/ is there), and its gate fails: its rollback undoes a/ as well.
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
+    assert code == 1 and "gate failed" in err, err[-3000:]
+    assert f"; run {first}: deleted " in err, err[-3000:]
+    assert keys(moto_env, bucket) == ["p/a/stray.bin"]
+
+
+def test_a_shard_retried_by_prefect_leaves_every_shards_objects_in_place(prefect_api, moto_env, tmp_path) -> None:
+    """Shard b/'s writes are refused (503) until its first attempt has given up after the engine's own retries;
+    Prefect retries the task, it succeeds, and shard a/, finished long before, keeps every object."""
+    with FaultProxy(moto_env.port, unavailable="/retried/p/b/") as proxy:
+        plan = data_plan(
+            tmp_path, "retried", moto_env, endpoint=proxy.endpoint, extra="retries: {attempts: 2, delay_s: 1}\n"
+        )
+        plan.write_text(plan.read_text().replace("threads: 4,", "threads: 4, retries: 2,"))
+        run = Watched("run", str(plan), api=prefect_api)
+        gave_up = run.wait_for("Retry 1/2 will start")
+        proxy.unavailable = None
+        code, out, err = run.finish()
+    assert gave_up and code == 0 and "data_sync PASS" in out, err[-3000:]
+    assert "rolled back" not in err and "rolling back" not in err
+    assert keys(moto_env, "retried") == source_keys(tmp_path)
+    assert proxy.refused > 0
+
+
+# -- iam, images and manifests: an interrupt in the step (after it changed the target) or in the gate ----------
+
+
+def iam_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
+    from tests.flows.test_iam_phase import write_two_phase_plan
+
+    plan = write_two_phase_plan(root, name)
+    published = root / ".ferry" / "iam" / "rbac.yaml"
+
+    def kept() -> None:
+        assert "ferry-compute-admin" in published.read_text()
+        assert not list((root / ".ferry" / "runs").glob("*/iam/rollback.json"))
+
+    return plan, kept
+
+
+def images_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
+    from ferry.oci import Registry
+    from tests.flows.test_images_pipeline import PLAN
+    from tests.support import buildah, busybox_image
+
+    busybox_image(root / "buildah", "tool", "amd64", ["CUDA_VERSION=12.2.0"])
+    buildah(root / "buildah", "push", "--tls-verify=false", "tool", f"docker://127.0.0.1:{ports['src']}/ml/tool:1")
+    (root / "src").mkdir()
+    plan = root / "migration.yaml"
+    plan.write_text(PLAN.format(name=name, copy=json.dumps(["tool:1"]), **ports))
+
+    def kept() -> None:
+        assert Registry(f"127.0.0.1:{ports['tgt']}", insecure=True).digest("ai/tool", "1") is not None
+
+    return plan, kept
+
+
+def manifests_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
+    from tests.flows.test_manifests_phase import NS, _plan
+
+    emulator = ports["emulator"]
+    plan = _plan(root, name, emulator)
+
+    def kept() -> None:
+        assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"] == {"EPOCHS": "10"}
+        assert emulator.get("apps/v1", "Deployment", "trainer", NS) is not None
+
+    return plan, kept
+
+
+PLANS = {"iam": iam_plan, "images": images_plan, "manifests": manifests_plan}
+
+
+@pytest.fixture
+def ends() -> Iterator[dict]:
+    """Two real registries and the Kubernetes API emulator, for whichever phase the test runs."""
+    from tests.flows.test_manifests_phase import seed
+    from tests.kube_emulator import KubeEmulator
+    from tests.support import start_registry
+
+    source, target = start_registry(), start_registry()
+    try:
+        with KubeEmulator() as emulator:
+            yield {"src": source.port, "tgt": target.port, "emulator": seed(emulator)}
+    finally:
+        source.stop()
+        target.stop()
+
+
+@pytest.mark.parametrize("window", ["step", "gate"])
+@pytest.mark.parametrize("phase", sorted(PLANS))
+def test_ctrl_c_keeps_what_the_phase_changed(prefect_api, ends, tmp_path, phase, window) -> None:
+    plan, kept = PLANS[phase](tmp_path, f"{phase}-{window}", ends)
+    run = Watched("run", str(plan), "--only", phase, api=prefect_api, env={"FERRY_FAILPOINTS": window})
+    reached = run.wait_for(f"ferry failpoint: {window}")
+    code, _, err = run.finish(signal.SIGINT if reached else None)
+    assert reached and code == 130, err[-3000:]
+    assert "Traceback" not in err and "rolling back" not in err and "rolled back the" not in err, err[-3000:]
+    assert "what was verified is kept: run the same command again to resume" in err
+    kept()
+    assert phase_record(tmp_path, f"{phase}-{window}", phase).status == "interrupted"
