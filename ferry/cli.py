@@ -879,6 +879,10 @@ def run() -> None:
         _last_line("interrupted", f"{exc}; {exc.then}", exc.exit_code)
     except FerryError as exc:
         _last_line("failed", str(exc), 1)
+    except typer.Abort:  # Ctrl-C at a prompt (`ferry rollback`'s question): nothing was changed
+        _last_line("interrupted", "interrupted at the prompt; nothing was changed", 130)
+    except KeyboardInterrupt:  # outside anything that turns it into Interrupted
+        _last_line("interrupted", "interrupted by SIGINT; run the same command again to resume", 130)
     except typer.TyperException as exc:  # typer's parse errors; it vendors click, so they are not click's classes
         # Its no-args-is-help error has printed the help already and carries no message.
         if message := _single_line(exc.format_message()):

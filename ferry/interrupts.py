@@ -49,6 +49,12 @@ class Held(threading.Event):
     def is_set(self) -> bool:
         return self.arrived
 
+    def set(self) -> None:
+        self.arrived = True
+
+    def clear(self) -> None:
+        self.arrived = False
+
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.arrived and (deadline is None or time.monotonic() < deadline):
@@ -67,8 +73,13 @@ def deferred() -> Iterator[Held]:
     if threading.current_thread() is not threading.main_thread():
         yield held
         return
-    previous = {sig: signal.signal(sig, held.hold) for sig in SIGNALS}
+    previous = {}
     try:
+        for sig in SIGNALS:
+            # An ignored signal stays ignored (`nohup`, a background job), and one whose handler Python did not
+            # install cannot be put back: neither is held.
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                previous[sig] = signal.signal(sig, held.hold)
         yield held
     finally:
         for sig, handler in previous.items():

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS runs (
 
 @dataclass(frozen=True, slots=True)
 class PhaseRecord:
-    """A phase's last outcome for a plan: committed, failed, rolled_back or running."""
+    """A phase's last outcome for a plan: running, waiting_for_approval, not_approved, committed, unchanged,
+    interrupted, failed (nothing undone), rolling_back, rollback_interrupted, rollback_failed or rolled_back."""
 
     plan: str
     phase: str

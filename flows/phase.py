@@ -16,7 +16,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from ferry.audit import AuditFolder
-from ferry.errors import PermanentError, StepFailed, TransientError
+from ferry.errors import FerryError, PermanentError, StepFailed, TransientError
 from ferry.interrupts import failpoint
 from ferry.phases.base import Phase, Progress, Reporter, open_phase
 from ferry.plan import load_plan
@@ -95,8 +95,9 @@ def phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[di
         ]
         try:
             summaries = [future.result() for future in futures]
-        except Exception as exc:
-            # After its last retry: ferry's pipeline rolls the phase back for this, and for a gate's FAIL only.
+        except FerryError as exc:
+            # A step's own failure after its last retry: ferry's pipeline rolls the phase back for this (and for a
+            # gate's FAIL) only. Anything else (a bug, an orchestration error) undoes nothing.
             raise StepFailed(exc) from exc
         AuditFolder(Path(audit_root)).write_json(phase, "summary.json", summaries)
         gate = run_gate.with_options(task_run_name=f"{phase} gate")(plan_path, audit_root, phase)

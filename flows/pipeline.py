@@ -23,13 +23,13 @@ import structlog
 from prefect import flow, pause_flow_run, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import FlowPauseTimeout, TerminationSignal
+from prefect.exceptions import Abort, FlowPauseTimeout, TerminationSignal
 
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, GateFailed, Interrupted, StepFailed, UsageError
 from ferry.interrupts import deferred, failpoint
 from ferry.phases.base import Phase, open_phase, preflight
-from ferry.phases.rollback import PENDING, UNFINISHED, resume, roll_back
+from ferry.phases.rollback import PENDING, UNFINISHED, resume, resumed_runs, roll_back
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
 from ferry.runlog import RunLog
@@ -121,13 +121,16 @@ def migrate(
 
 @contextmanager
 def _interrupts_as_one() -> Iterator[None]:
-    """Ctrl-C (KeyboardInterrupt) and SIGTERM or a cancel from the UI (Prefect's TerminationSignal) as Interrupted."""
+    """Ctrl-C (KeyboardInterrupt), SIGTERM or a cancel from the UI (Prefect's TerminationSignal, or its Abort when
+    the run is in this process) as Interrupted."""
     try:
         yield
     except KeyboardInterrupt:
         raise Interrupted(signal.SIGINT) from None
     except TerminationSignal as exc:
         raise Interrupted(exc.signal) from None
+    except Abort:  # the server refused a state: the run was cancelled from the UI while in this process
+        raise Interrupted(signal.SIGTERM) from None
 
 
 def _phase(
@@ -184,15 +187,21 @@ def _phase(
             # Neither a gate's FAIL nor a failed step (those rolled back and say so): nothing is undone.
             runlog.set_phase(plan, phase, digest, "failed", run_id, f"{exc}; nothing was rolled back: run again")
         raise
-    with deferred() as held:
-        # The commit record is written whole: an interrupt now is delivered once it is.
-        failpoint("commit", held)
-        if changed:
-            runlog.set_phase(plan, phase, digest, "committed", run_id, outcome)
-        else:
-            # No commit: `ferry rollback` never undoes a run that changed nothing.
-            log.info("nothing changed: no commit recorded")
-            runlog.set_phase(plan, phase, digest, "unchanged", run_id, outcome)
+    try:
+        with deferred() as held:
+            # The commit record is written whole: an interrupt now is delivered once it is.
+            failpoint("commit", held)
+            if changed:
+                runlog.set_phase(plan, phase, digest, "committed", run_id, outcome)
+            else:
+                # No commit: `ferry rollback` never undoes a run that changed nothing.
+                log.info("nothing changed: no commit recorded")
+                runlog.set_phase(plan, phase, digest, "unchanged", run_id, outcome)
+    except Interrupted as exc:  # a second signal, before the record was written
+        record = runlog.phase(plan, phase)
+        if record is not None and (record.status, record.run_id) == ("running", run_id):
+            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
+        raise
     return outcome
 
 
@@ -228,23 +237,35 @@ def _report(audit: AuditFolder, phase: str, results: list[CheckResult]) -> None:
 def _run_phase(phase: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, digest: str) -> tuple[str, bool]:
     """Run the phase's subflow, then decide: its gate's status and whether it changed the target.
 
-    A gate that FAILs (or WARNs under strict) or a step that failed after its last retry rolls the
-    phase back, here, once, after everything it ran has ended. Anything else (an interrupt, a gate that
-    could not measure, an orchestration error) propagates and undoes nothing.
+    A gate that FAILs (or WARNs under strict) or a step that failed after its last retry with one of
+    ferry's own errors rolls the phase back, here, once, after everything it ran has ended. Anything else
+    (an interrupt, a gate that could not measure, a bug, an orchestration error) propagates and undoes nothing.
     """
     name, strict = phase.name, phase.loaded.plan.strict
     subflow = phase_flow.with_options(name=name, flow_run_name=name)
     try:
         outcome = subflow(str(phase.loaded.path), str(audit.root), name)
     except StepFailed as exc:
-        roll_back(phase, runlog, run_id, audit.root, digest, str(exc), log.warning)
-        raise exc.error from None
+        _roll_back(phase, runlog, run_id, audit.root, digest, str(exc))
+        raise exc.error from exc.error.__cause__
     results = [CheckResult.from_dict(r) for r in outcome["gate"]]
     _report(audit, name, results)
     status = gate_status(results, strict)
     log.info("gate", status=status.value, checks=len(results))
     if status == Status.FAIL:
         failed = f"{name}: gate failed: {', '.join(r.name for r in blocking(results, strict))}"
-        roll_back(phase, runlog, run_id, audit.root, digest, failed, log.warning)
+        _roll_back(phase, runlog, run_id, audit.root, digest, failed)
         raise GateFailed(f"{failed} (report: {audit.path(name, 'gate.md')})")
-    return status.value, phase.changed(outcome["summaries"])
+    # A run that took over interrupted runs commits even if it changed nothing itself: what they changed is
+    # on the target, and its rollback (through resumed.json) is the one that undoes it.
+    return status.value, phase.changed(outcome["summaries"]) or bool(resumed_runs(audit.root, name))
+
+
+def _roll_back(phase: Phase, runlog: RunLog, run_id: str, audit: Path, digest: str, why: str) -> None:
+    """The rollback ferry decided; if it fails itself, the error says why it was decided as well."""
+    try:
+        roll_back(phase, runlog, run_id, audit, digest, why, log.warning)
+    except Interrupted:
+        raise
+    except FerryError as exc:
+        raise FerryError(f"{why}; and its rollback stopped: {exc}") from exc

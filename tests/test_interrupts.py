@@ -81,3 +81,14 @@ def test_an_armed_failpoint_says_so_and_waits_for_the_signal() -> None:
     out, err = proc.communicate(timeout=30)
     # An uncaught KeyboardInterrupt: Python ends the process by the signal itself.
     assert proc.returncode == -signal.SIGINT and b"KeyboardInterrupt" in err and out == b""
+
+
+def test_an_ignored_signal_stays_ignored() -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred() as held:
+            signal.raise_signal(signal.SIGINT)
+            assert not held.is_set()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

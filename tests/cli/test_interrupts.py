@@ -89,6 +89,11 @@ def test_ctrl_c_in_the_gate_keeps_every_object(prefect_api, moto_env, tmp_path) 
     assert keys(moto_env, "gate-interrupted") == source_keys(tmp_path)  # all 56 kept
     assert phase_record(tmp_path, "gate-interrupted").status == "interrupted"
     rerun_copies_nothing(plan, prefect_api)
+    # The rerun copied nothing, yet it commits: it took over the interrupted run, whose 56 objects its rollback
+    # would delete.
+    assert phase_record(tmp_path, "gate-interrupted").status == "committed"
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--dry-run")
+    assert code == 0 and f"delete {2 * SMALL} object(s)" in out, err
 
 
 def test_sigterm_in_the_gate_keeps_every_object(prefect_api, moto_env, tmp_path) -> None:
@@ -325,3 +330,34 @@ def test_ctrl_c_keeps_what_the_phase_changed(prefect_api, ends, tmp_path, phase,
     assert "what was verified is kept: run the same command again to resume" in err
     kept()
     assert phase_record(tmp_path, f"{phase}-{window}", phase).status == "interrupted"
+
+
+def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api, moto_env, tmp_path) -> None:
+    """`ferry rollback` on a terminal (a pty) lists the first 20 items, asks, and Ctrl-C there is one line."""
+    import pty
+
+    from tests.support import FERRY
+
+    plan = data_plan(tmp_path, "prompt", moto_env)
+    assert run_ferry("run", str(plan), api=prefect_api)[0] == 0
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: ferry with the pty as its controlling terminal, as a shell starts it
+        os.execve(FERRY, [FERRY, "rollback", str(plan), "--phase", "data_sync"], {**env, "COLUMNS": "200"})
+    screen = b""
+    while b"roll back data_sync of run" not in screen:
+        chunk = os.read(fd, 4096)
+        assert chunk, screen.decode(errors="replace")
+        screen += chunk
+    os.write(fd, b"\x03")  # Ctrl-C, through the terminal's line discipline: SIGINT to the foreground job
+    try:
+        while chunk := os.read(fd, 4096):
+            screen += chunk
+    except OSError:  # EIO once the child has closed the terminal
+        pass
+    _, status = os.waitpid(pid, 0)
+    text = screen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 130, text
+    assert "ferry: interrupted at the prompt; nothing was changed" in text and "Traceback" not in text
+    assert text.count("  delete ") == 20 and f"... and {2 * SMALL - 20} more ({2 * SMALL} in all: " in text
+    assert keys(moto_env, "prompt") == source_keys(tmp_path)

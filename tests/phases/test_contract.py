@@ -57,6 +57,8 @@ class StampPhase(Phase):
         return Changes(f"stamp would write {len(new)} file(s)", {"files": len(new)})
 
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        if step == "bug":  # a defect of the phase itself, not one of ferry's errors
+            raise KeyError("bug")
         self.folder.mkdir(parents=True, exist_ok=True)
         created = not (self.folder / step).exists()
         (self.folder / step).write_text(step)
@@ -212,4 +214,19 @@ def test_a_rollback_that_fails_is_finished_before_the_phase_runs_again(stamp_pha
     outcome = migrate(plan_path=str(plan))
     assert outcome["phases"]["stamp"] == "PASS"
     assert runlog.phase("stamp-undo-fails", "stamp").status == "committed"
+    runlog.close()
+
+
+def test_a_step_that_breaks_with_a_bug_undoes_nothing(stamp_phase, prefect_api, tmp_path) -> None:
+    """Only ferry's own errors of a step roll the phase back; a bug (or an orchestration error) leaves it failed."""
+    from ferry.runlog import RunLog
+    from flows.pipeline import migrate
+
+    stamps = tmp_path / ".ferry" / "stamps"
+    plan = write(tmp_path, "stamp-bug", "a, bug")
+    with pytest.raises(KeyError):
+        migrate(plan_path=str(plan))
+    assert [p.name for p in stamps.iterdir()] == ["a"]
+    runlog = RunLog(tmp_path / ".ferry" / "state")
+    assert runlog.phase("stamp-bug", "stamp").status == "failed"
     runlog.close()
