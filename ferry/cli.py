@@ -29,6 +29,7 @@ from ferry.errors import FerryError, Interrupted, UsageError
 from ferry.images import read_dockerfile, rebase
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
+from ferry.phases.rollback import SHOWN_ITEMS
 from ferry.plan import load_plan, load_target_profile
 from ferry.profiles import load_profiles
 from ferry.results import Status
@@ -41,8 +42,6 @@ app = typer.Typer(
 )
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
-
-_SHOWN_ACTIONS = 20
 
 
 def parse_size(text: str, what: str) -> int:
@@ -524,11 +523,9 @@ def rollback(
             if not typer.confirm(f"roll back {phase} of run {run_id}?", default=False):
                 say("nothing was changed")
                 raise typer.Exit(1)
-        # Announced above already: the rollback itself says only what it did.
-        done = roll_back(undoer, runlog, run_id, audit_root, input_hash, why, lambda line: None, force=force)
+        done = roll_back(undoer, runlog, run_id, audit_root, input_hash, why, say, force=force, announced=preview)
     finally:
         runlog.close()
-    say(f"rolled back {phase} of run {run_id}: {done.text}")
     if done.failed:
         raise FerryError(f"{done.failed} item(s) of the rollback failed: `ferry rollback --phase {phase}` tries again")
 
@@ -677,7 +674,7 @@ def sync(
 
         aborted = abort_uploads(target, profile_map)
         out.print(f"aborted {len(aborted)} unfinished multipart upload(s) under {target}")
-        for key, upload_id in aborted[:_SHOWN_ACTIONS]:
+        for key, upload_id in aborted[:SHOWN_ITEMS]:
             out.print(f"  {key} ({upload_id[:16]})")
         return
     try:
@@ -707,7 +704,7 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
     shown: dict[str, list[Action]] = {COPY: [], DELETE: []}
 
     def on_action(action: Action) -> None:
-        if settings.dry_run and action.kind in shown and len(shown[action.kind]) < _SHOWN_ACTIONS:
+        if settings.dry_run and action.kind in shown and len(shown[action.kind]) < SHOWN_ITEMS:
             shown[action.kind].append(action)
 
     bar = _ProgressBar() if show_progress else None
@@ -797,11 +794,11 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
     if summary["multipart"]["resumed_uploads"]:
         multipart = summary["multipart"]
         out.print(f"resumed {multipart['resumed_uploads']} upload(s), {multipart['parts_resumed']} part(s) not re-sent")
-    for line in summary["failures"][:_SHOWN_ACTIONS]:
+    for line in summary["failures"][:SHOWN_ITEMS]:
         out.print(f"failed: {line}", markup=False, highlight=False)
     measured = ", ".join(f"{k}={v}" for k, v in gate.measured.items() if v)
     out.print(f"data gate: {gate.status.value} {measured}".rstrip(), markup=False, highlight=False)
-    for line in gate.evidence[:_SHOWN_ACTIONS]:
+    for line in gate.evidence[:SHOWN_ITEMS]:
         out.print(f"  {line}", markup=False, highlight=False)
 
 

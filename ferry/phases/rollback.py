@@ -86,8 +86,10 @@ def roll_back(
     say: Callable[[str], None],
     *,
     force: bool = False,
+    announced: Undo | None = None,
 ) -> Undo:
-    """Undo run_id's changes to phase (and the runs it resumed), saying first what that deletes or restores.
+    """Undo run_id's changes to phase (and the runs it resumed), saying first what that deletes or restores
+    (unless the caller announced it already: `announced`, its dry run), then what was done.
 
     The phase's record says `rolling_back` before anything changes (a killed process, or an error that is
     not ferry's, leaves it so: still pending), `rollback_interrupted` when an interrupt stopped it between
@@ -101,10 +103,11 @@ def roll_back(
     with deferred() as held:
         runlog.set_phase(plan, name, input_hash, "rolling_back", run_id, why)
         try:
-            preview = undo(phase, audit_root, dry_run=True)
-            say(f"rolling back {name} of run {run_id} ({why}): {preview.text}")
-            for line in listing(name, audit_root, preview):
-                say(line)
+            if announced is None:
+                preview = undo(phase, audit_root, dry_run=True)
+                say(f"rolling back {name} of run {run_id} ({why}): {preview.text}")
+                for line in listing(name, audit_root, preview):
+                    say(line)
             if held.is_set():
                 raise Interrupted(held.signum or signal.SIGINT)
             done = undo(phase, audit_root, force=force, stopping=held)

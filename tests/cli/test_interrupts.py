@@ -147,12 +147,19 @@ def test_ctrl_c_in_an_approval_wait_keeps_what_an_earlier_run_committed(prefect_
     assert phase_record(tmp_path, "approval-wait").status == "interrupted"
 
 
-def failing_gate_plan(root: Path, bucket: str, moto) -> Path:
-    """A plan whose gate fails (an object in the target the source lacks, and allow_extra false)."""
+def rollback_stopped_by_ctrl_c(root: Path, bucket: str, moto, api: str) -> Path:
+    """`ferry run` of a plan whose gate fails (an object in the target the source lacks, allow_extra false),
+    interrupted in its rollback after the first deletion; the plan."""
     plan = data_plan(
         root, bucket, moto, extra="gates:\n  data_sync: {allow_extra: false}\nretries: {attempts: 0, delay_s: 0}\n"
     )
     moto.client("s3").put_object(Bucket=bucket, Key="p/a/stray.bin", Body=b"someone else's")
+    code, err = interrupted_at(plan, api, "rollback-item")
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    # Announced before anything was deleted, with what it deletes.
+    assert "rolling back data_sync of run " in err and "  delete a/000.bin" in err, err[-3000:]
+    assert "the rollback of data_sync stopped between two items; `ferry rollback --phase data_sync`" in err
+    assert phase_record(root, bucket).status == "rollback_interrupted"
     return plan
 
 
@@ -160,18 +167,11 @@ def test_ctrl_c_in_a_rollback_stops_between_items_and_ferry_rollback_finishes_it
     prefect_api, moto_env, tmp_path
 ) -> None:
     bucket = "rollback-interrupted"
-    plan = failing_gate_plan(tmp_path, bucket, moto_env)
-    code, err = interrupted_at(plan, prefect_api, "rollback-item")
-    assert code == 130 and "Traceback" not in err, err[-3000:]
-    # Announced before anything was deleted, with what it deletes.
-    assert "rolling back data_sync of run " in err and "  delete a/000.bin" in err, err[-3000:]
-    assert "the rollback of data_sync stopped between two items; `ferry rollback --phase data_sync`" in err
+    plan = rollback_stopped_by_ctrl_c(tmp_path, bucket, moto_env, prefect_api)
     record = phase_record(tmp_path, bucket)
-    assert record.status == "rollback_interrupted"
     left = keys(moto_env, bucket)
-    created = [k for k in source_keys(tmp_path)]
     # It stopped after the first item of the first shard: one object deleted, the rest still there.
-    assert len([k for k in created if k not in left]) == 1 and "p/a/stray.bin" in left
+    assert len([k for k in source_keys(tmp_path) if k not in left]) == 1 and "p/a/stray.bin" in left
     code, out, _ = run_ferry("status", str(plan), api=prefect_api)
     assert "rollback interrupted" in out, out
 
@@ -202,9 +202,7 @@ def test_the_same_run_again_finishes_an_interrupted_rollback_then_runs_the_phase
     prefect_api, moto_env, tmp_path
 ) -> None:
     bucket = "rollback-rerun"
-    plan = failing_gate_plan(tmp_path, bucket, moto_env)
-    code, err = interrupted_at(plan, prefect_api, "rollback-item")
-    assert code == 130, err[-3000:]
+    plan = rollback_stopped_by_ctrl_c(tmp_path, bucket, moto_env, prefect_api)
     run_id = phase_record(tmp_path, bucket).run_id
     moto_env.client("s3").delete_object(Bucket=bucket, Key="p/a/stray.bin")  # the cause, fixed
     code, out, err = run_ferry("run", str(plan), api=prefect_api)
