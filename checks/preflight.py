@@ -13,6 +13,7 @@ import secrets
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ import yaml
 from connectors.base import Connector
 from ferry.errors import FerryError
 from ferry.golive.kube import kubeconfig_path
+from ferry.net import plain_http, registry_failure, split_host
 from ferry.results import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -71,22 +73,16 @@ def check_private_host(name: str, host: str) -> CheckResult:
     return CheckResult(name, Status.PASS, measured, {"public_addresses": 0})
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_registry(role: str, registry: str) -> list[CheckResult]:
+def check_registry(role: str, registry: str, insecure: Iterable[str] = ()) -> list[CheckResult]:
     """The registry answers the Docker Registry HTTP API v2 (401 counts: it asks for credentials), privately.
 
-    Loopback registries are spoken to over plain HTTP, as Docker does; every other one over HTTPS.
+    Spoken to as the images phase speaks to it (`ferry.net.plain_http`): plain HTTP for a loopback registry and
+    one named in insecure (`phases.images.insecure_registries`), HTTPS otherwise.
     """
     name = f"preflight.{role}_registry"
     host = registry.split("/", 1)[0]
-    hostname = host.rsplit(":", 1)[0]
-    url = f"{'http' if _loopback(hostname) else 'https'}://{host}/v2/"
+    hostname = split_host(host)
+    url = f"{'http' if plain_http(host, insecure) else 'https'}://{host}/v2/"
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             status = response.status
@@ -94,7 +90,9 @@ def check_registry(role: str, registry: str) -> list[CheckResult]:
         status = exc.code
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        return [CheckResult(name, Status.FAIL, {"url": url}, evidence=[f"{url}: {reason}"])]
+        cause = registry_failure(exc, host)
+        said = f"{cause} ({reason})" if cause else reason
+        return [CheckResult(name, Status.FAIL, {"url": url}, evidence=[f"{url}: {said}"])]
     if status in (200, 401):
         result = CheckResult(
             name,
@@ -218,7 +216,8 @@ def preflight(loaded: LoadedPlan) -> list[CheckResult]:
             connector.close()
         side = getattr(loaded.plan, role)
         if side.registry:
-            results += check_registry(role, side.registry)
+            images = getattr(loaded.plan.phases, "images", None)
+            results += check_registry(role, side.registry, getattr(images, "insecure_registries", ()))
         if side.cluster:
             results += check_cluster(role, side.cluster, loaded)
     results.append(check_state_dir_writable(loaded.state_dir / "state"))

@@ -20,6 +20,7 @@ from botocore.config import Config
 from connectors.base import Capabilities, Connector, GiB, Location, MiB, ObjectInfo, Part, WriteSpec, join_key
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
 from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, TransientError, UsageError
+from ferry.net import in_words
 from ferry.profiles import Profile
 
 CHECKSUM_META = "ferry-checksum"
@@ -48,6 +49,10 @@ _NETWORK_ERRORS = (
 )
 
 
+# What to change when TLS is spoken to a plain-HTTP endpoint.
+_PLAIN_HTTP = ": write the profile's endpoint_url with http://"
+
+
 def translate(exc: Exception, what: str) -> Exception:
     """The ferry error for a botocore exception, naming the object and the provider's code."""
     if isinstance(exc, botocore.exceptions.ClientError):
@@ -65,8 +70,10 @@ def translate(exc: Exception, what: str) -> Exception:
         if code in _NOT_FOUND_CODES:
             return NotFoundError(line, code=code)
         return PermanentError(line, code=code)
+    cause = in_words(exc, "the endpoint", plain=_PLAIN_HTTP)
     if isinstance(exc, _NETWORK_ERRORS):
-        return TransientError(f"{what}: {type(exc).__name__}: {exc}", code=type(exc).__name__)
+        said = f"{cause} ({exc})" if cause else f"{type(exc).__name__}: {exc}"
+        return TransientError(f"{what}: {said}", code=type(exc).__name__)
     if isinstance(exc, (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)):
         return UsageError(
             f"{what}: no AWS credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
@@ -75,7 +82,9 @@ def translate(exc: Exception, what: str) -> Exception:
     if isinstance(exc, botocore.exceptions.ProfileNotFound):
         return UsageError(f"{what}: {exc}")
     if isinstance(exc, botocore.exceptions.BotoCoreError):
-        return PermanentError(f"{what}: {type(exc).__name__}: {exc}", code=type(exc).__name__)
+        # TLS that cannot work (plain HTTP spoken back, an untrusted certificate) is permanent: a retry fails alike.
+        said = f"{cause} ({exc})" if cause else f"{type(exc).__name__}: {exc}"
+        return PermanentError(f"{what}: {said}", code=type(exc).__name__)
     return exc
 
 

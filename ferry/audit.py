@@ -7,6 +7,7 @@ credentials, never values.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,11 @@ class AuditFolder:
         return folder / name
 
     def write_text(self, phase: str, name: str, text: str) -> Path:
+        """Write the file whole or not at all: a reader (or the run after a crash) never sees half of it."""
         path = self.path(phase, name)
-        path.write_text(text, encoding="utf-8")
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
         return path
 
     def write_json(self, phase: str, name: str, data: Any) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -27,6 +28,7 @@ from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, Interrupted, UsageError
 from ferry.images import read_dockerfile, rebase
+from ferry.lock import Busy, held
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.phases.rollback import SHOWN_ITEMS
@@ -314,6 +316,8 @@ def run_plan(
         if not logs.json_output():
             _print_status(loaded)
         raise
+    except Busy:  # another run of this plan holds its state: this one did not start
+        raise
     except FerryError as exc:
         if not logs.json_output():
             _print_gates(loaded.state_dir / "runs" / run_id)
@@ -488,11 +492,17 @@ def rollback(
 ) -> None:
     """Undo the last committed run of one phase (or finish a rollback that was stopped), after saying what it
     deletes or restores."""
+    loaded = load_plan(plan)
+    loaded.plan.require_phases("--phase", [phase])
+    # A dry run changes nothing; a rollback holds the plan's state as a run does, from the list it shows on.
+    with contextlib.nullcontext() if dry_run else held(loaded.state_dir / "state", f"ferry rollback --phase {phase}"):
+        _rollback(loaded, phase, dry_run, yes, force)
+
+
+def _rollback(loaded, phase: str, dry_run: bool, yes: bool, force: bool) -> None:
     from ferry.phases.rollback import PENDING, listing, roll_back, undo
     from ferry.runlog import RunLog
 
-    loaded = load_plan(plan)
-    loaded.plan.require_phases("--phase", [phase])
     runlog = RunLog(loaded.state_dir / "state")
     try:
         record = runlog.phase(loaded.plan.name, phase)
@@ -708,26 +718,30 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
             shown[action.kind].append(action)
 
     bar = _ProgressBar() if show_progress else None
+    # One sync (or run) per state directory at a time; a dry run changes nothing. The URLs are not recorded: a
+    # SAS URL carries its signature.
+    lock = contextlib.nullcontext() if settings.dry_run else held(state_dir, "ferry sync")
     # Ctrl-C and SIGTERM stop the copy the same way: in-flight requests finish, the state keeps what was verified.
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        result = run_sync(
-            source,
-            target,
-            settings,
-            profiles=profile_map,
-            state_dir=state_dir,
-            verify=verify,
-            deep_verify=deep_verify,
-            report_path=report,
-            on_action=on_action,
-            on_start=bar.start if bar else None,
-        )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if bar:
-            bar.stop()
+    with lock:
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            result = run_sync(
+                source,
+                target,
+                settings,
+                profiles=profile_map,
+                state_dir=state_dir,
+                verify=verify,
+                deep_verify=deep_verify,
+                report_path=report,
+                on_action=on_action,
+                on_start=bar.start if bar else None,
+            )
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if bar:
+                bar.stop()
     summary = result.stats.summary()
     planned = [
         {"action": label, "key": action.key, "bytes": _size_of(action), "reason": action.reason}

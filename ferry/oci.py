@@ -1,6 +1,6 @@
 """The OCI distribution API, as much as the images phase and its gate need: manifests, tags, blobs, deletes.
 
-Registries answer over HTTPS unless named insecure (a local registry in tests speaks plain HTTP). Basic
+Registries answer over HTTPS unless `ferry.net.plain_http` says otherwise (loopback, or named insecure). Basic
 credentials, and the bearer token a registry's 401 challenge asks for, are sent; they never leave this
 module in a message.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.errors import FerryError
+from ferry.net import registry_failure
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -104,7 +105,9 @@ class Registry:
                 raise RegistryError(f"{self.host}: {method} /v2/{path}: HTTP {exc.code} {exc.reason}") from None
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
-                raise RegistryError(f"{self.host}: {method} /v2/{path}: {reason}") from None
+                cause = registry_failure(exc, self.host)
+                said = f"{cause} ({reason})" if cause else reason
+                raise RegistryError(f"{self.host}: {method} /v2/{path}: {said}") from None
         raise RegistryError(f"{self.host}: {method} /v2/{path}: unauthorized")
 
     def _fetch_token(self, challenge: str) -> bool:

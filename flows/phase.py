@@ -83,18 +83,20 @@ def phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[di
     Returns the steps' summaries and the gate's results.
     """
     loaded = load_plan(Path(plan_path))
-    steps = open_phase(loaded, phase).steps()
+    runner = open_phase(loaded, phase)
     options = transient_retries(loaded)
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
+
+    def submit(step: str):
+        name = f"{phase} {step!r}" if step else phase
+        return run_step.with_options(task_run_name=name, **options).submit(plan_path, audit_root, phase, step)
+
     try:
-        futures = [
-            run_step.with_options(task_run_name=f"{phase} {step!r}" if step else phase, **options).submit(
-                plan_path, audit_root, phase, step
-            )
-            for step in steps
-        ]
         try:
-            summaries = [future.result() for future in futures]
+            if runner.concurrent_steps:
+                summaries = [future.result() for future in [submit(step) for step in runner.steps()]]
+            else:
+                summaries = [submit(step).result() for step in runner.steps()]
         except FerryError as exc:
             # A step's own failure after its last retry: ferry's pipeline rolls the phase back for this (and for a
             # gate's FAIL) only. Anything else (a bug, an orchestration error) undoes nothing.

@@ -28,6 +28,7 @@ from prefect.exceptions import Abort, FlowPauseTimeout, TerminationSignal
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, GateFailed, Interrupted, StepFailed, UsageError
 from ferry.interrupts import deferred, failpoint
+from ferry.lock import held
 from ferry.phases.base import Phase, open_phase, preflight
 from ferry.phases.rollback import PENDING, UNFINISHED, resume, resumed_runs, roll_back
 from ferry.plan import LoadedPlan, load_plan
@@ -85,12 +86,23 @@ def migrate(
     run_id: str | None = None,
     approval_timeout_s: int = 3600,
 ) -> dict:
-    """Run the plan's phases in order with a gate after each; return each phase's outcome."""
+    """Run the plan's phases in order with a gate after each; return each phase's outcome.
+
+    One run per plan at a time: a second (a scheduled run while the last one still runs, one started by hand) is
+    refused with `Busy` before it changes anything.
+    """
     loaded = load_plan(Path(plan_path))
-    plan = loaded.plan
     run_id = runtime.flow_run.name or run_id or new_run_id(plan_path)
-    plan.require_phases("only", only)
-    plan.require_phases("force", force)
+    loaded.plan.require_phases("only", only)
+    loaded.plan.require_phases("force", force)
+    with held(loaded.state_dir / "state", "ferry run", run_id):
+        return _migrate(loaded, run_id, only, force, approval_timeout_s)
+
+
+def _migrate(
+    loaded: LoadedPlan, run_id: str, only: list[str] | None, force: list[str] | None, approval_timeout_s: int
+) -> dict:
+    plan = loaded.plan
     runlog = RunLog(loaded.state_dir / "state")
     audit = AuditFolder(loaded.state_dir / "runs" / run_id)
     audit.write_text("plan", "plan.yaml", loaded.masked())

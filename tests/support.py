@@ -269,15 +269,14 @@ def parts_recorded(state_dir: Path) -> int:
         return 0
 
 
-def signal_mid_copy(proc: subprocess.Popen, state_dir: Path, parts: int, sig: int) -> tuple[str, float]:
-    """Send sig to proc once its transfer state has recorded parts parts; (its stderr, seconds it took to stop)."""
+def signal_mid_copy(proc: subprocess.Popen, state_dir: Path, parts: int, sig: int) -> str:
+    """Send sig to proc once its transfer state has recorded parts parts; its stderr once it has stopped."""
     deadline = time.monotonic() + 120
     while parts_recorded(state_dir) < parts and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(sig)
-    sent = time.monotonic()
     _, err = proc.communicate(timeout=120)
-    return err or "", time.monotonic() - sent
+    return err or ""
 
 
 class Watched:

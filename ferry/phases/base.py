@@ -86,6 +86,9 @@ class Phase(abc.ABC):
     name: ClassVar[str]
     settings_model: ClassVar[type[Settings]]
     gate_model: ClassVar[type[Settings]]
+    # Whether the steps run at once (one task each). A phase whose steps would disturb each other's measurements, or
+    # read what an earlier one wrote, runs them one after another, in the order steps() gives.
+    concurrent_steps: ClassVar[bool] = True
 
     def __init__(self, loaded: LoadedPlan):
         self.loaded = loaded
@@ -147,7 +150,7 @@ class Phase(abc.ABC):
 
     # -- a run ------------------------------------------------------------------------------------
     def steps(self) -> list[str]:
-        """The phase's steps, each one Prefect task (retried and rolled back on its own)."""
+        """The phase's steps, each one Prefect task (retried on its own, on transient errors)."""
         return ["run"]
 
     @abc.abstractmethod

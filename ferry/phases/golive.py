@@ -166,6 +166,9 @@ class GolivePhase(Phase):
     name = "golive"
     settings_model = GoliveSettings
     gate_model = GoliveGate
+    # Each measurement alone (a checkpoint write would load the network the latency probe times), and the report
+    # after every one of them.
+    concurrent_steps = False
 
     @property
     def live_inputs(self) -> bool:

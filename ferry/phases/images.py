@@ -41,6 +41,7 @@ from ferry.digest_map import ImageRecord
 from ferry.errors import FerryError, PermanentError, UsageError
 from ferry.images import Rebased, content_hash, cuda_version, match_tags, normalise, read_dockerfile, rebase
 from ferry.interrupts import one_by_one
+from ferry.net import plain_http, registry_failure
 from ferry.oci import Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import BaseImageRule, LoadedPlan, Plan
@@ -124,7 +125,8 @@ class ImagesSettings(Settings):
     # Credentials by registry host (e.g. registry.meta.example); default: the tools' own auth file, and for an
     # ECR host a token from boto3's credential chain.
     auth: dict[str, RegistryAuth] = Field(default_factory=dict)
-    # Hosts spoken to over plain HTTP, without TLS verification (a registry on the build machine).
+    # Hosts (host:port, or a host for every port) spoken to over plain HTTP, without TLS verification; a loopback
+    # registry always is (`ferry.net.plain_http`, the rule preflight follows too).
     insecure_registries: list[str] = Field(default_factory=list)
     # The kaniko executor image the rendered Jobs run.
     kaniko_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
@@ -177,7 +179,10 @@ def _run_tool(argv: list[str], what: str) -> str:
         raise PermanentError(f"{what}: {argv[0]} ran past {_TOOL_TIMEOUT_S} s") from None
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise PermanentError(f"{what}: {argv[0]} exited {done.returncode}: {tail}")
+        # The tools name the registry they failed at in the URL they asked ("https://host/v2/").
+        host = re.search(r"https?://([^/\"'\s]+)/v2/", done.stderr)
+        cause = registry_failure(done.stderr, host.group(1) if host else "the registry")
+        raise PermanentError(f"{what}: {cause + '; ' if cause else ''}{argv[0]} exited {done.returncode}: {tail}")
     return done.stdout
 
 
@@ -281,7 +286,8 @@ class ImagesPhase(Phase):
             if host not in self._registries:
                 username, password = self._credentials(host)
                 self._registries[host] = Registry(
-                    host, insecure=host in self.settings.insecure_registries, username=username, password=password
+                    host, insecure=plain_http(host, self.settings.insecure_registries), username=username,
+                    password=password,
                 )
             return self._registries[host]
 
@@ -333,7 +339,7 @@ class ImagesPhase(Phase):
         return self.registry(ref.host).digest(ref.repository, ref.ref)
 
     def _tls(self, *references: str) -> bool:
-        return not any(Reference.parse(r).host in self.settings.insecure_registries for r in references)
+        return not any(plain_http(Reference.parse(r).host, self.settings.insecure_registries) for r in references)
 
     def source_ref(self, image: str) -> str:
         registry = self.loaded.plan.source.registry

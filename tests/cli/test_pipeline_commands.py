@@ -230,20 +230,15 @@ def test_ferry_deploy_needs_a_server_and_a_process_pool(prefect_api, tmp_path) -
 
 
 def test_a_waiting_approval_shows_its_command_and_a_timeout_is_one_line(prefect_api, tmp_path) -> None:
+    # The timeout is what is tested, so nothing races it: the run id comes from the run's own output.
     plan = write_plan(tmp_path, "approval-visible", extra="approve_before: [data_sync]")
-    run, row = run_until_approval_waits(plan, prefect_api, 20)
-    try:
-        run_id = re.search(r"migration-\d{8}-\d{6}-\d{3}", row)
-        assert run_id, row
-        _, err = run.communicate(timeout=120)
-    finally:
-        run.kill()
-    assert run.returncode == 1
-    assert f"To approve: ferry approve {run_id.group(0)}" in err and "will copy 3 object(s)" in err
+    code, _, err = run_ferry("run", str(plan), "--approval-timeout", "1", api=prefect_api)
+    assert code == 1
+    run_id = re.search(r"To approve: ferry approve (migration-\d{8}-\d{6}-\d{3})", err)
+    assert run_id and "will copy 3 object(s)" in err, err
     ours = [line for line in err.splitlines() if line.startswith("ferry: ")]
-    assert ours == [
-        f"ferry: failed: run {run_id.group(0)}: approval for data_sync timed out after 20 s; nothing was changed"
-    ]
+    timed_out = f"ferry: failed: run {run_id.group(1)}: approval for data_sync timed out after 1 s; nothing was changed"
+    assert ours == [timed_out]
     assert "Traceback" not in err and not (tmp_path / "dst").exists()
 
 
@@ -257,9 +252,8 @@ def test_an_interrupted_run_keeps_what_it_copied_and_the_rerun_resumes(prefect_a
     run = subprocess.Popen(
         [FERRY, "run", str(plan)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    err, took = signal_mid_copy(run, state, 10, sig)
+    err = signal_mid_copy(run, state, 10, sig)
     assert run.returncode == 128 + sig, err
-    assert took < 60
     name = signal.Signals(sig).name
     assert f"ferry: interrupted by {name}; what was verified is kept: run the same command again" in err
     assert "Traceback" not in err

@@ -13,7 +13,8 @@ GOLIVE = """\
     checkpoint: {size: 1M, shards: 2, threads: 2}
     gpu_probe: false
 """
-GATE = "  golive: {checkpoint_write_gb_per_s: 0.00001, checkpoint_read_gb_per_s: 0.00001}\n"
+# Speeds no copy that completes can miss: these tests are about the pipeline, not this machine's disk.
+GATE = "  golive: {checkpoint_write_gb_per_s: 1e-9, checkpoint_read_gb_per_s: 1e-9}\n"
 
 
 def golive_plan(tmp_path, name: str, strict: bool):

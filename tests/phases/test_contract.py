@@ -230,3 +230,34 @@ def test_a_step_that_breaks_with_a_bug_undoes_nothing(stamp_phase, prefect_api, 
     runlog = RunLog(tmp_path / ".ferry" / "state")
     assert runlog.phase("stamp-bug", "stamp").status == "failed"
     runlog.close()
+
+
+class InOrderPhase(StampPhase):
+    """Stamp, its steps one after another: each step looks, for a second, for a step after it that has started."""
+
+    concurrent_steps = False
+
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+        words = self.settings.words
+        (self.folder / "started").mkdir(parents=True, exist_ok=True)
+        (self.folder / "started" / step).touch()
+        later = set(words[words.index(step) + 1 :])
+        for _ in range(20):
+            if later & {p.name for p in (self.folder / "started").iterdir()}:
+                raise KeyError(f"a step after {step} started before it ended")
+            reporter.stopping.wait(0.05)
+        earlier = words[: words.index(step)]
+        assert all((self.folder / w).exists() for w in earlier), f"{step} started before {earlier} ended"
+        return super().run(step, audit, reporter)
+
+
+def test_a_phase_that_says_so_runs_its_steps_in_order(prefect_api, tmp_path) -> None:
+    from flows.pipeline import migrate
+
+    register("stamp", f"{__name__}:InOrderPhase", after="iam")
+    try:
+        outcome = migrate(plan_path=str(write(tmp_path, "stamp-in-order", "a, b, c, d")))
+    finally:
+        unregister("stamp")
+    assert outcome["phases"]["stamp"] == "PASS"
+    assert sorted(p.name for p in (tmp_path / ".ferry" / "stamps").iterdir()) == ["a", "b", "c", "d", "started"]

@@ -95,7 +95,9 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
             "nodes": {"driver": "535.104.05"},
             "workloads": [{**workload, "hourly_cost_delta": 6.5}],
         },
-        gates={"p99_us": 100000, "checkpoint_write_gb_per_s": 0.00001, "checkpoint_read_gb_per_s": 0.00001},
+        # Thresholds no round trip and no copy that completes can miss (a TCP round trip times out after 1 s):
+        # this test is about the report, not about how fast this machine is.
+        gates={"p99_us": 1_000_000, "checkpoint_write_gb_per_s": 1e-9, "checkpoint_read_gb_per_s": 1e-9},
     )
     results, reporter, phase = run_all(path, tmp_path / "runs" / "r1")
     thread.join(5)
@@ -250,7 +252,7 @@ def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_p
         tmp_path,
         {"latency": {"server": f"127.0.0.1:{dead}", "samples": 10}, "checkpoint": {"size": "2M", "shards": 2},
          "gpu_probe": False},
-        gates={"checkpoint_write_gb_per_s": 0.00001},
+        gates={"checkpoint_write_gb_per_s": 1e-9},
     )  # fmt: skip
     loaded = load_plan(path)
     # Damage the synthetic checkpoint once it exists: the bytes that land are not those recorded.
@@ -303,7 +305,7 @@ def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> N
             tmp_path,
             {"autoscaling": {"deployment": "llama-serve", "replicas": 8, "timeout_s": 10, "poll_s": 0.05},
              "gpu_probe": False},
-            gates={"scale_up_s": 5},
+            gates={"scale_up_s": 10},
             cluster={"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)},
         )  # fmt: skip
         phase = open_phase(load_plan(path), "golive")
@@ -311,7 +313,7 @@ def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> N
         with Controller(emulator, wanted=8, delay_s=0.2):
             phase.run("autoscaling", AuditFolder(audit_root), Reporter())
         scale = by_name(phase.gate(AuditFolder(audit_root)))["golive.scale_up"]
-        assert scale.status == Status.PASS and 0.2 <= scale.measured["scale_up_s"] < 5
+        assert scale.status == Status.PASS and scale.measured["scale_up_s"] >= 0.2
         assert any("restored" in line for line in scale.evidence)
         assert "nothing to undo" in phase.rollback(audit_root).text
         # A run that died mid-spike: the journal holds the snapshot, the Deployment is left at 8.
@@ -340,7 +342,7 @@ def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
         kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
         path = plan_file(
             tmp_path, {"latency": {"jobs": True, "samples": 200, "poll_s": 0.05}, "gpu_probe": False},
-            gates={"p99_us": 100000},
+            gates={"p99_us": 1_000_000},  # no TCP round trip takes longer: it times out at 1 s
             cluster={"context": "emulator", "namespace": "ml", "kubeconfig": str(kubeconfig)},
         )  # fmt: skip
         phase = open_phase(load_plan(path), "golive")

@@ -99,7 +99,6 @@ def _plan(tmp: Path, regs: Registries, dockerfiles: dict[str, str], copy: list[s
         "phases:\n  images:\n"
         f"    dockerfiles: [{', '.join(entries)}]\n"
         f"    copy: {json.dumps(copy)}\n"
-        f'    insecure_registries: ["{regs.src}", "{regs.tgt}"]\n'
         "    parallel: 2\n"
     )
     return plan
