@@ -45,6 +45,8 @@ def schema_name(api_version: str, kind: str) -> str:
 
 @functools.lru_cache(maxsize=128)
 def _validator(name: str, version: str) -> jsonschema.protocols.Validator | None:
+    if not re.fullmatch(r"[a-z0-9.-]+", name):  # no kind nor API version has a "/" or a NUL: no schema file either
+        return None
     folder = f"kubernetes-json-schema/v{version}-local-strict"
     try:
         schema = schema_contents(f"{folder}/{name}.json", version)

@@ -25,10 +25,13 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 from ruamel.yaml.scalarstring import ScalarString
 from ruamel.yaml.scanner import ScannerError
 
+from ferry.config import unbuildable
 from ferry.digest_map import ImageRecord
 from ferry.errors import UsageError
 
@@ -307,7 +310,7 @@ def _parse(text: str, indent: tuple[int, int, int]) -> list[Any]:
             at = exc.problem_mark.index if exc.problem_mark is not None else -1
             line_start = text.rfind("\n", 0, at) + 1
             # A tab in a line's indentation is an error for every YAML parser: only separating tabs are spaces.
-            if at < 0 or text[at] != "\t" or not text[line_start:at].strip():
+            if not 0 <= at < len(text) or text[at] != "\t" or not text[line_start:at].strip():
                 raise
             text = text[:at] + " " + text[at + 1 :]
     raise AssertionError("unreachable: each retry replaces one tab")
@@ -422,6 +425,62 @@ def guess_indent(text: str) -> tuple[int, int, int]:
     return mapping, offset + 2, offset
 
 
+def _unbuildable(text: str, indent: tuple[int, int, int]) -> tuple[int, str] | None:
+    """(line, why) of the first scalar of text that the YAML loader cannot build as its tag says, if any."""
+    yaml = _yaml(indent)
+    seen: set[int] = set()
+    try:
+        roots = list(yaml.compose_all(text))
+    except YAMLError:  # (a tab between tokens, which _parse reads as a space)
+        return None
+    for root in roots:
+        todo = [root]
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ScalarNode):
+                try:
+                    yaml.constructor.construct_object(node, deep=True)
+                except (ValueError, KeyError, AttributeError) as exc:
+                    return node.start_mark.line + 1, unbuildable(node.value, str(node.tag), exc)
+                except YAMLError:
+                    pass
+            elif isinstance(node, MappingNode):
+                todo += reversed([n for pair in node.value for n in pair])
+            elif isinstance(node, SequenceNode):
+                todo += reversed(node.value)
+    return None
+
+
+# Values that aliases may add to a file (an alias counts as all that it names): far more than a manifest repeats
+# this way, far fewer than an alias bomb (each level ten aliases of the one before) expands to.
+MAX_ALIASED = 100_000
+
+
+def _aliased_too_much(docs: list[Any]) -> int | None:
+    """The line of the node whose aliases make the documents expand past MAX_ALIASED values more than they hold
+    (an alias names the same object as its anchor), else None."""
+    sizes: dict[int, int] = {}
+    written = 0  # values as written: each mapping and sequence once, with its scalars
+    todo: list[tuple[Any, bool]] = [(doc, False) for doc in docs]
+    while todo:
+        node, visited = todo.pop()
+        children = list(node.values()) if isinstance(node, dict) else node if isinstance(node, list) else []
+        if visited:
+            sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+            if sizes[id(node)] - written > MAX_ALIASED:
+                lc = getattr(node, "lc", None)
+                return lc.line + 1 if lc is not None and lc.line is not None else 1
+        elif id(node) not in sizes:
+            sizes[id(node)] = 1  # until its children are counted (a node inside itself counts once)
+            written += 1 + sum(not isinstance(child, dict | list) for child in children)
+            todo.append((node, True))
+            todo += [(child, False) for child in children if isinstance(child, dict | list)]
+    return None
+
+
 def _files_of(entry: Path) -> list[tuple[Path, Path]]:
     """(file, its path relative to the entry) for a file, or every *.yaml / *.yml under a folder."""
     if entry.is_file():
@@ -454,10 +513,22 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
             source.indent = guess_indent(text)
             try:
                 loaded = _parse(text, source.indent)
+            except ReaderError as exc:  # a control character: it has a position, not a mark
+                line = text.count("\n", 0, exc.position) + 1
+                character = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+                raise UsageError(f"{path}:{line}: not valid YAML: character {character} is not allowed") from None
             except YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 line = f":{mark.line + 1}" if mark is not None else ""
-                raise UsageError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                raise UsageError(f"{path}{line}: not valid YAML: {problem}") from None
+            except RecursionError:
+                raise UsageError(f"{path}: not valid YAML: nested too deeply") from None
+            except (ValueError, KeyError, AttributeError) as exc:  # a scalar not of its tag: 2024-13-01, !!bool maybe
+                line, why = _unbuildable(text, source.indent) or (None, f"{type(exc).__name__}: {exc}")
+                raise UsageError(f"{path}{f':{line}' if line else ''}: not valid YAML: {why}") from None
+            if (line := _aliased_too_much(loaded)) is not None:
+                raise UsageError(f"{path}:{line}: its aliases expand to more than {MAX_ALIASED} values") from None
             for index, data in enumerate(loaded):
                 doc = Document(source, index, data)
                 if data is not None:

@@ -9,6 +9,7 @@ reported as unresolved. LDAP groups hold no permissions: the plan gives each a l
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from collections import Counter
 
@@ -21,29 +22,35 @@ _PERSON_CLASSES = frozenset(
 )
 
 
-def parse_ldif(text: str) -> list[dict[str, list[str]]]:
-    """Entries of an LDIF file as attribute -> values (continuations joined, base64 values decoded)."""
+def parse_ldif(text: str, where: str = "ldif") -> list[dict[str, list[str]]]:
+    """Entries of an LDIF file as attribute -> values (continuations joined, base64 values decoded).
+
+    where: how errors name the file (`where:line: problem`).
+    """
     entries: list[dict[str, list[str]]] = []
-    lines: list[str] = []
+    lines: list[tuple[int, str]] = []  # (line number, the line with its continuations)
     comment = False  # a comment continues over indented lines too (RFC 2849)
-    for raw in [*text.splitlines(), ""]:
+    for number, raw in enumerate([*text.splitlines(), ""], 1):
         if raw.startswith(" ") and (comment or lines):
             if not comment:
-                lines[-1] += raw[1:]
+                lines[-1] = (lines[-1][0], lines[-1][1] + raw[1:])
             continue
         comment = raw.startswith("#")
         if raw.strip():
             if not comment:
-                lines.append(raw)
+                lines.append((number, raw))
             continue
         if lines:
             entry: dict[str, list[str]] = {}
-            for line in lines:
+            for at, line in lines:
                 attr, sep, value = line.partition(":")
                 if not sep:
-                    raise UsageError(f"ldif: {line!r} is not 'attribute: value'")
+                    raise UsageError(f"{where}:{at}: {line!r} is not 'attribute: value'")
                 if value.startswith(":"):
-                    value = base64.b64decode(value[1:].strip()).decode("utf-8")
+                    try:
+                        value = base64.b64decode(value[1:].strip()).decode("utf-8")
+                    except (binascii.Error, UnicodeDecodeError):
+                        raise UsageError(f"{where}:{at}: {attr.strip()}: not base64 of UTF-8 text") from None
                 entry.setdefault(attr.strip().lower(), []).append(value.strip())
             entries.append(entry)
             lines = []
@@ -63,13 +70,14 @@ def normal_dn(dn: str) -> str:
     return re.sub(r"(?<!\\)\s*([,=+])\s*", r"\1", dn).lower()
 
 
-def ldap_principals(ldif: str, levels: dict[str, Level]) -> list[Principal]:
-    """Groups of an LDIF export with their effective members; each group's level comes from the plan."""
+def ldap_principals(ldif: str, levels: dict[str, Level], where: str = "ldif") -> list[Principal]:
+    """Groups of an LDIF export with their effective members; each group's level comes from the plan (where: how
+    errors name the export)."""
     groups: dict[str, tuple[str, dict[str, list[str]]]] = {}  # normal DN -> (name, entry)
     people: dict[str, str] = {}  # normal DN -> name
     others: dict[str, str] = {}  # normal DN -> its object classes (neither a person nor a group)
     uids: set[str] = set()
-    for entry in parse_ldif(ldif):
+    for entry in parse_ldif(ldif, where):
         dn = normal_dn(entry.get("dn", [""])[0])
         classes = {c.lower() for c in entry.get("objectclass", [])}
         if _GROUP_CLASSES & classes:
