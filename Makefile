@@ -35,8 +35,9 @@ servers: node_modules/.bin/azurite-blob
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
+# Workers as the machine has cores (at most 4), each with its own servers; a file's tests stay on one worker.
 test: $(STAMP) servers
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: $(STAMP) servers
 	$(PY) -m bench.run

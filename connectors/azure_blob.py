@@ -32,7 +32,17 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobClient, BlobProperties, BlobServiceClient, ContentSettings
 from requests.adapters import HTTPAdapter
 
-from connectors.base import Capabilities, Connector, Location, MiB, ObjectInfo, Part, WriteSpec, join_key
+from connectors.base import (
+    READ_TIMEOUT_S,
+    Capabilities,
+    Connector,
+    Location,
+    MiB,
+    ObjectInfo,
+    Part,
+    WriteSpec,
+    join_key,
+)
 from connectors.checksum import crc32c, md5_hex
 from ferry.errors import (
     ChecksumMismatch,
@@ -138,8 +148,9 @@ class _Session(requests.Session):
         return {**settings, "proxies": dict(settings["proxies"])}
 
 
-def _client_options() -> dict[str, Any]:
-    """Constructor options every service client gets: no SDK retries, a wide pool, ferry's sizes."""
+def _client_options(profile: Profile | None) -> dict[str, Any]:
+    """Constructor options every service client gets: no SDK retries, a wide pool, ferry's sizes, the profile's
+    read timeout."""
     session = _Session()
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE)
     session.mount("http://", adapter)
@@ -153,15 +164,17 @@ def _client_options() -> dict[str, Any]:
         # The engine sizes each read; the SDK would otherwise split it into 4 MiB sequential GETs.
         "max_single_get_size": MAX_BLOCK,
         "max_chunk_get_size": MAX_BLOCK,
+        "read_timeout": profile.read_timeout_s if profile and profile.read_timeout_s else READ_TIMEOUT_S,
     }
 
 
-def _from_connection_string(conn: str, endpoint: str | None, url: str, source: str) -> BlobServiceClient:
+def _from_connection_string(conn: str, profile: Profile | None, url: str, source: str) -> BlobServiceClient:
+    endpoint = profile.endpoint_url if profile else None
     if endpoint:
         # A later BlobEndpoint wins when the SDK parses the string.
         conn = f"{conn.rstrip(';')};BlobEndpoint={endpoint}"
     try:
-        return BlobServiceClient.from_connection_string(conn, **_client_options())
+        return BlobServiceClient.from_connection_string(conn, **_client_options(profile))
     except ValueError:
         raise UsageError(f"{url}: the connection string from {source} is malformed") from None
 
@@ -172,7 +185,7 @@ def _open_service(url: str, profile: Profile | None) -> tuple[BlobServiceClient,
     endpoint = profile.endpoint_url if profile else None
     if creds and creds.named("connection_string"):
         conn = _resolve(creds, "connection_string", url)
-        return _from_connection_string(conn, endpoint, url, "credentials.connection_string"), None
+        return _from_connection_string(conn, profile, url, "credentials.connection_string"), None
     name = creds.account_name if creds else None
     if creds and (creds.named("account_key") or creds.named("sas_token")):
         if not name:
@@ -182,10 +195,10 @@ def _open_service(url: str, profile: Profile | None) -> tuple[BlobServiceClient,
             secret = AzureNamedKeyCredential(name, _resolve(creds, "account_key", url))
         else:
             secret = AzureSasCredential(_resolve(creds, "sas_token", url).lstrip("?"))
-        return BlobServiceClient(account_url, credential=secret, **_client_options()), None
+        return BlobServiceClient(account_url, credential=secret, **_client_options(profile)), None
     conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if conn:
-        return _from_connection_string(conn, endpoint, url, "$AZURE_STORAGE_CONNECTION_STRING"), None
+        return _from_connection_string(conn, profile, url, "$AZURE_STORAGE_CONNECTION_STRING"), None
     name = name or os.environ.get("AZURE_STORAGE_ACCOUNT")
     if not name:
         raise UsageError(
@@ -198,7 +211,7 @@ def _open_service(url: str, profile: Profile | None) -> tuple[BlobServiceClient,
         raise UsageError(f"{url}: an Azure identity sign-in needs azure-identity: pip install azure-identity") from None
     identity = DefaultAzureCredential()
     account_url = endpoint or f"https://{name}.blob.core.windows.net"
-    return BlobServiceClient(account_url, credential=identity, **_client_options()), identity
+    return BlobServiceClient(account_url, credential=identity, **_client_options(profile)), identity
 
 
 class AzureBlobConnector(Connector):
@@ -244,7 +257,8 @@ class AzureBlobConnector(Connector):
             raise UsageError(str(error)) from None
 
     def network_host(self) -> str | None:
-        return self._service.primary_hostname
+        # The SDK's primary_hostname keeps the port and path of an IP-style endpoint (Azurite's 127.0.0.1:10000/acct).
+        return urlsplit(self._service.url).hostname
 
     def close(self) -> None:
         self._service.close()

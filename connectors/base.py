@@ -15,6 +15,9 @@ from ferry.profiles import Profile
 
 GiB = 1 << 30
 MiB = 1 << 20
+# Seconds a network store's request waits for the next bytes before it fails as transient (a profile's
+# read_timeout_s changes it).
+READ_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,8 @@ class LocalConnector(Connector):
         self.root = root
         self.capabilities = _capabilities(xattrs=False)
         self._xattrs = False
+        # Directories under the root found to be plain directories, not links (checked once each).
+        self._plain_dirs: set[Path] = set()
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> LocalConnector:
@@ -111,7 +113,8 @@ class LocalConnector(Connector):
 
     # -- keys and paths ------------------------------------------------------------------------
     def _path(self, key: str) -> Path:
-        """The file for key, refusing any key that is not a plain relative path under the root."""
+        """The file for key, refusing any key that is not a plain relative path under the root, or that passes
+        through a symbolic link to a directory (writing there would change files outside the root)."""
         body = key[:-1] if key.endswith("/") else key
         segments = body.split("/")
         if not body or "\0" in key or any(s in ("", ".", "..") for s in segments):
@@ -119,6 +122,19 @@ class LocalConnector(Connector):
                 f"key {key!r} cannot be written under {self.root}: it is absolute, has '.', '..' or empty segments",
                 code="UnsafeKey",
             )
+        folder = self.root
+        for segment in segments[:-1]:
+            folder = folder / segment
+            if folder in self._plain_dirs:
+                continue
+            if folder.is_symlink():
+                raise RejectedKey(
+                    f"key {key!r} passes through {folder}, a symbolic link (to {os.readlink(folder)}): ferry "
+                    "neither writes nor deletes through a link",
+                    code="LinkedDirectory",
+                )
+            if folder.is_dir():
+                self._plain_dirs.add(folder)
         return self.root.joinpath(*segments)
 
     # -- listing -------------------------------------------------------------------------------

@@ -17,7 +17,18 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from connectors.base import Capabilities, Connector, GiB, Location, MiB, ObjectInfo, Part, WriteSpec, join_key
+from connectors.base import (
+    READ_TIMEOUT_S,
+    Capabilities,
+    Connector,
+    GiB,
+    Location,
+    MiB,
+    ObjectInfo,
+    Part,
+    WriteSpec,
+    join_key,
+)
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
 from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, TransientError, UsageError
 from ferry.net import in_words
@@ -70,7 +81,12 @@ def translate(exc: Exception, what: str) -> Exception:
         if code in _NOT_FOUND_CODES:
             return NotFoundError(line, code=code)
         return PermanentError(line, code=code)
-    cause = in_words(exc, "the endpoint", plain=_PLAIN_HTTP)
+    if isinstance(exc, botocore.exceptions.FlexibleChecksumError):
+        # A body that does not match the checksum the store sent with it came damaged (or cut): read it again.
+        return TransientError(f"{what}: the body read does not match its checksum ({exc})", code="ChecksumMismatch")
+    # botocore names the endpoint it could not reach (or speak TLS to) in the exception's fields.
+    where = getattr(exc, "kwargs", {}).get("endpoint_url") or "the endpoint"
+    cause = in_words(exc, where, plain=_PLAIN_HTTP)
     if isinstance(exc, _NETWORK_ERRORS):
         said = f"{cause} ({exc})" if cause else f"{type(exc).__name__}: {exc}"
         return TransientError(f"{what}: {said}", code=type(exc).__name__)
@@ -127,7 +143,7 @@ class S3Connector(Connector):
             max_pool_connections=1024,
             retries={"total_max_attempts": 1},
             connect_timeout=10,
-            read_timeout=120,
+            read_timeout=client_kwargs.pop("read_timeout", READ_TIMEOUT_S),
             tcp_keepalive=True,
             # ferry sends and checks its own CRC32C and MD5; botocore's defaults would add a
             # second pass over every body and false alarms on copies (moto's CRC quirk).
@@ -154,6 +170,8 @@ class S3Connector(Connector):
             if profile.region:
                 client_kwargs["region_name"] = profile.region
             client_kwargs["addressing_style"] = profile.addressing_style
+            if profile.read_timeout_s:
+                client_kwargs["read_timeout"] = profile.read_timeout_s
         try:
             session = boto3.session.Session(**session_kwargs)
         except botocore.exceptions.BotoCoreError as exc:
@@ -190,8 +208,9 @@ class S3Connector(Connector):
             if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 raise UsageError(f"{self.url}: access denied to bucket {self.bucket!r} ({code})") from None
             raise translate(exc, self.url) from None
-        except botocore.exceptions.EndpointConnectionError:
-            raise UsageError(f"{self.url}: cannot reach the endpoint {self.endpoint}") from None
+        except botocore.exceptions.EndpointConnectionError as exc:
+            cause = in_words(exc, self.endpoint) or "no connection"
+            raise UsageError(f"{self.url}: cannot reach the endpoint {self.endpoint}: {cause}") from None
         except Exception as exc:  # noqa: BLE001
             error = translate(exc, self.url)
             raise (error if isinstance(error, UsageError) else UsageError(str(error))) from None

@@ -663,7 +663,12 @@ def sync(
     multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
     copy_threshold: Annotated[str, typer.Option(help="Server-side copies above this go in parallel parts")] = "1G",
     memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "96M",
-    retries: Annotated[int, typer.Option(min=1, help="Attempts per request on transient errors")] = 6,
+    retry_budget: Annotated[
+        float, typer.Option(min=0, help="Seconds each request keeps retrying transient errors")
+    ] = TransferSettings.retry_budget_s,
+    retries: Annotated[
+        int | None, typer.Option(min=1, help="At most this many attempts per request (default: the budget decides)")
+    ] = None,
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
     ] = False,
@@ -694,6 +699,7 @@ def sync(
             multipart_threshold=parse_size(multipart_threshold, "--multipart-threshold"),
             copy_threshold=parse_size(copy_threshold, "--copy-threshold"),
             memory_budget=parse_size(memory_budget, "--memory-budget"),
+            retry_budget_s=retry_budget,
             retries=retries,
             checksum=checksum,
             delete=delete,

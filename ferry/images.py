@@ -291,6 +291,10 @@ def rebase(
         commands = dockerfile.parse_string(text)
     except dockerfile.GoParseError as exc:
         raise RebaseError(f"{name}: not a Dockerfile BuildKit can parse: {exc}") from None
+    except UnicodeDecodeError:  # the parser's bindings cut some non-ASCII flags mid-character (`COPY --\u0800from=`)
+        at = next((i for i, line in enumerate(_lines(text), 1) if re.search(r"--\S*[^\x00-\x7f]", line)), None)
+        where = f"{name}:{at}" if at else name
+        raise RebaseError(f"{where}: a flag holds a non-ASCII character: not a Dockerfile ferry can parse") from None
     lines = _lines(text)
     overrides = build_args or {}
     automatic = platform_args(platform) if platform else {}
@@ -430,7 +434,7 @@ def _verify(
     expected = keywords[:at] + [step.split(maxsplit=1)[0].upper() for step in steps] + keywords[at:]
     try:
         after = dockerfile.parse_string(result.text)
-    except dockerfile.GoParseError as exc:  # a profile's step that is not a whole instruction
+    except (dockerfile.GoParseError, UnicodeDecodeError) as exc:  # a profile's step that is not a whole instruction
         raise RebaseError(f"{result.name}: the rebased file does not parse: {exc} (the profile's sdk_steps?)") from None
     if [_keyword(c) for c in after] != expected or [c.value[0] for c in after if _keyword(c) == "FROM"] != images:
         raise RebaseError(

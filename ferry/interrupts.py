@@ -6,9 +6,13 @@ stops between two items with the ones it undid journalled. `deferred()` holds SI
 there; a second signal while one is held is not held (a hung request stays interruptible).
 
 A failpoint is a named place in the code where a test stops the process on purpose, as etcd's
-gofail does: `FERRY_FAILPOINTS=gate,commit` makes `failpoint("gate")` say so on stderr and wait
-there until the process is interrupted (at most `FERRY_FAILPOINT_WAIT_S`, 300 s). Unset, it costs
-one dictionary lookup.
+gofail does: `FERRY_FAILPOINTS=gate,commit` makes `failpoint("iam:gate")` say so on stderr and wait
+there until the process is interrupted or killed (at most `FERRY_FAILPOINT_WAIT_S`, 300 s). Unset,
+it costs one environment lookup. The points: each phase's `step` (a step done), `gate` and `commit`;
+inside steps `iam:published`, `transfer:part` (a part recorded: mid-object), `transfer:state-write`
+(inside the state's transaction), `images:pushed` (pushed, not yet journalled), `manifests:mid-wave`
+(one object applied), `golive:checkpoint` (written, not yet read back or cleaned up); and
+`rollback-item` between two items of a rollback.
 """
 
 from __future__ import annotations
@@ -112,11 +116,19 @@ def _armed() -> set[str]:
 
 
 def failpoint(name: str, stopping: threading.Event | None = None) -> None:
-    """If FERRY_FAILPOINTS names this point: say so on stderr, then wait for an interrupt (or stopping) here."""
-    if name not in _armed():
+    """If FERRY_FAILPOINTS names this point: say so on stderr, then wait for an interrupt (or stopping) here.
+
+    A point is named `phase:point` (`data_sync:gate`, `images:pushed`) or `point`; FERRY_FAILPOINTS may name it
+    either way: `gate` arms the gate of every phase, `images:gate` that of images alone.
+    """
+    armed = _armed()
+    if not armed:
+        return
+    hit = name if name in armed else name.partition(":")[2] if name.partition(":")[2] in armed else None
+    if hit is None:
         return
     # Straight to the file descriptor: Prefect captures print() and may buffer its log handlers.
-    os.write(2, f"ferry failpoint: {name}\n".encode())
+    os.write(2, f"ferry failpoint: {hit}\n".encode())
     deadline = time.monotonic() + float(os.environ.get("FERRY_FAILPOINT_WAIT_S", "300"))
     while time.monotonic() < deadline:
         # In the main thread a signal's handler raises out of this sleep; elsewhere the stop event ends it.

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +32,14 @@ _TIMEOUT_S = 30
 
 class RegistryError(FerryError):
     """A registry refused or failed a request (the message names the registry and what was asked, no secret)."""
+
+
+class _Transient(Exception):
+    """A failure another attempt may not meet (a reset, a cut or stalled answer, 429, 5xx)."""
+
+
+# Attempts after the first for a transient failure (skopeo and buildah are given as many: --retry-times, --retry).
+RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,23 @@ class Registry:
     def _request(
         self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
     ) -> tuple[int, Any, bytes]:
-        """(status, headers, body) of one request; 404 is an answer, other errors raise RegistryError."""
+        """(status, headers, body) of one request; 404 is an answer, other errors raise RegistryError.
+
+        A reset, a refused connection, a truncated or stalled answer, a 429 or 5xx is tried again (RETRIES times,
+        backing off); TLS that cannot work, a name that does not resolve or any other answer is not.
+        """
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._once(method, path, headers, body)
+            except _Transient as exc:
+                if attempt == RETRIES:
+                    raise RegistryError(str(exc)) from None
+                time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable")
+
+    def _once(
+        self, method: str, path: str, headers: dict[str, str] | None, body: bytes | None
+    ) -> tuple[int, Any, bytes]:
         for attempt in (0, 1):
             request = urllib.request.Request(self._base + path, data=body, method=method, headers=dict(headers or {}))
             if self._token or self._basic:
@@ -102,12 +128,14 @@ class Registry:
                     continue
                 if exc.code == 404:
                     return 404, exc.headers, b""
-                raise RegistryError(f"{self.host}: {method} /v2/{path}: HTTP {exc.code} {exc.reason}") from None
-            except (urllib.error.URLError, OSError) as exc:
+                said = f"{self.host}: {method} /v2/{path}: HTTP {exc.code} {exc.reason}"
+                raise (_Transient if exc.code == 429 or exc.code >= 500 else RegistryError)(said) from None
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = getattr(exc, "reason", exc)
                 cause = registry_failure(exc, self.host)
-                said = f"{cause} ({reason})" if cause else reason
-                raise RegistryError(f"{self.host}: {method} /v2/{path}: {said}") from None
+                said = f"{self.host}: {method} /v2/{path}: {f'{cause} ({reason})' if cause else reason}"
+                lasting = cause is not None and ("TLS" in cause or "resolve" in cause)
+                raise (RegistryError if lasting else _Transient)(said) from None
         raise RegistryError(f"{self.host}: {method} /v2/{path}: unauthorized")
 
     def _fetch_token(self, challenge: str) -> bool:

@@ -99,6 +99,9 @@ class Profile(BaseModel):
     protocol: str | None = None
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
     credentials: Credentials = Field(default_factory=Credentials)
+    # Seconds a request may wait for the store's next bytes before it fails as transient (and is retried); the
+    # connector's default (READ_TIMEOUT_S in connectors/base.py) when unset. How patient, not where: out of hashes.
+    read_timeout_s: float | None = Field(default=None, gt=0, le=3600, exclude=True)
 
 
 class ProfilesFile(BaseModel):

@@ -164,6 +164,8 @@ def delete_created(
                     outcome = {"key": key, "done": "gone", "why": "not in the target (deleted already)"}
                 elif key not in recorded:
                     outcome = {"key": key, "done": "kept", "why": "no record that ferry verified what is there"}
+                elif recorded[key] is None:
+                    outcome = {"key": key, "done": "kept", "why": "another sync into this target wrote it too"}
                 elif live[key] != recorded[key]:
                     outcome = {"key": key, "done": "kept", "why": "changed since ferry wrote it"}
                 elif dry_run:

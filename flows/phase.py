@@ -65,14 +65,14 @@ def run_step(plan_path: str, audit_root: str, phase: str, step: str) -> dict[str
             # No retry of this step starts now: the next run resumes it.
             raise PermanentError(f"stopped: {ending}: {exc}") from exc
         raise
-    failpoint("step", stopping)
+    failpoint(f"{phase}:step", stopping)
     return summary
 
 
 @task(name="gate", cache_policy=NO_CACHE)
 def run_gate(plan_path: str, audit_root: str, phase: str) -> list[dict]:
     """The phase's gate after every step; results as dicts (they cross a task boundary)."""
-    failpoint("gate", _stopping.get(f"{audit_root}:{phase}"))
+    failpoint(f"{phase}:gate", _stopping.get(f"{audit_root}:{phase}"))
     return [r.to_dict() for r in _load(plan_path, phase).gate(AuditFolder(Path(audit_root)))]
 
 

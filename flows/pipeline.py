@@ -202,7 +202,7 @@ def _phase(
     try:
         with deferred() as held:
             # The commit record is written whole: an interrupt now is delivered once it is.
-            failpoint("commit", held)
+            failpoint(f"{runner.name}:commit", held)
             if changed:
                 runlog.set_phase(plan, phase, digest, "committed", run_id, outcome)
             else:
@@ -259,7 +259,11 @@ def _run_phase(phase: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, di
         outcome = subflow(str(phase.loaded.path), str(audit.root), name)
     except StepFailed as exc:
         _roll_back(phase, runlog, run_id, audit.root, digest, str(exc))
-        raise exc.error from exc.error.__cause__
+        # The step's own error (its type decides the exit code), saying which phase it ended.
+        error = exc.error
+        if not str(error).startswith(f"{name}: "):
+            error.args = (f"{name}: {error}", *error.args[1:])
+        raise error from error.__cause__
     results = [CheckResult.from_dict(r) for r in outcome["gate"]]
     _report(audit, name, results)
     status = gate_status(results, strict)

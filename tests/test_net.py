@@ -123,7 +123,7 @@ def test_tls_to_a_plain_http_s3_endpoint_names_the_profile_setting(moto_env) -> 
             conn.put("k", b"x", WriteSpec())
     finally:
         conn.close()
-    assert "the endpoint speaks plain HTTP, not TLS: write the profile's endpoint_url with http://" in str(caught.value)
+    assert "speaks plain HTTP, not TLS: write the profile's endpoint_url with http://" in str(caught.value)
     assert isinstance(caught.value, PermanentError), "a retry cannot fix it"
 
 

@@ -9,6 +9,7 @@ rest, so the two overlap. Every object is verified before the state records it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import time
@@ -28,6 +29,7 @@ from connectors.transfer.settings import TransferSettings, effective_threads, pa
 from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
 from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
+from ferry.interrupts import failpoint
 
 log = structlog.get_logger("ferry.transfer")
 
@@ -245,7 +247,10 @@ class Transfer:
             if previous is not None:
                 self._call(self.target.abort, key, previous.upload_id)
             spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {})
-            upload.upload_id = self._call(self.target.begin, key, spec, upload.part_size)
+            policy = self._retrying.copy()
+            upload.upload_id = policy(self.target.begin, key, spec, upload.part_size)
+            if policy.statistics.get("attempt_number", 1) > 1:
+                self._abort_lost_uploads(key, upload.upload_id)
             self.state.begin_upload(UploadRecord(key, upload.upload_id, info.size, info.signature, upload.part_size))
         job.new_attempt(upload, done)
         pending = deque(n for n in range(1, upload.total + 1) if n not in done)
@@ -255,12 +260,23 @@ class Transfer:
             job.parts = Parts(pending, upload.part_cost, lambda number: self._run_part(job, upload, number))
             self._sched.add_large(job.parts)
 
+    def _abort_lost_uploads(self, key: str, kept: str) -> None:
+        """A begin that was tried again may have begun an upload whose answer was lost (the store did the work, the
+        answer stalled or was cut): abort every other unfinished upload of this key, which nothing would ever
+        finish or abort (and the store bills). Rare (a retried begin), so a listing of the target's uploads."""
+        for other_key, upload_id in self._call(lambda: list(self.target.list_incomplete())):
+            if other_key == key and upload_id != kept:
+                with contextlib.suppress(NotFoundError):
+                    self._call(self.target.abort, key, upload_id)
+                log.warning("aborted an upload a lost answer began", key=key, upload_id=upload_id[:16])
+
     def _run_part(self, job: LargeJob, upload: Upload, number: int) -> None:
         if job.over:
             return
         try:
             part = self._route.copy_part(upload, number)
             self.state.record_part(job.key, upload.upload_id, part)
+            failpoint("transfer:part", self.stop)
         except Exception as exc:  # noqa: BLE001
             self._fail_large(job, exc)
             return

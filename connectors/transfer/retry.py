@@ -7,7 +7,15 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import structlog
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    stop_never,
+    wait_random_exponential,
+)
 
 from connectors.base import Connector, ObjectInfo
 from connectors.checksum import crc32c, label
@@ -19,7 +27,8 @@ T = TypeVar("T")
 
 
 def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: None) -> Retrying:
-    """The one retry policy: TransientError only, exponential backoff with jitter, Retry-After honoured."""
+    """The one retry policy: TransientError only, exponential backoff with jitter, Retry-After honoured, for
+    retry_budget_s from the first attempt (no sleep that would end past it) and at most `retries` attempts."""
     backoff = wait_random_exponential(multiplier=settings.retry_base_s, max=settings.retry_max_s)
 
     def wait(state: RetryCallState) -> float:
@@ -34,7 +43,8 @@ def retrying(settings: TransferSettings, on_retry: Callable[[], None] = lambda: 
 
     return Retrying(
         retry=retry_if_exception_type(TransientError),
-        stop=stop_after_attempt(settings.retries),
+        stop=stop_before_delay(settings.retry_budget_s)
+        | (stop_after_attempt(settings.retries) if settings.retries else stop_never),
         wait=wait,
         before_sleep=before_sleep,
         reraise=True,

@@ -20,7 +20,7 @@ from connectors.transfer.retry import Recopy
 from connectors.transfer.scheduler import RateLimiter
 from connectors.transfer.settings import TransferSettings
 from connectors.transfer.stats import Stats
-from ferry.errors import ChecksumMismatch, PermanentError
+from ferry.errors import ChecksumMismatch, PermanentError, TransientError
 
 log = structlog.get_logger("ferry.transfer")
 
@@ -94,7 +94,7 @@ class Route:
         if self._server_side:
             written = self._call(self.target.copy_from, self.source, src, key)
             return written, written.checksum, {"bytes_server_side": src.size}
-        data, info = self._call(self.source.get, key)
+        data, info = self._call(self._read_whole, key, src)
         value = crc32c(data)
         stored = parse(info.checksum)
         if stored is not None and stored != value:
@@ -105,6 +105,17 @@ class Route:
             self._limiter.take(len(data))
         written = self._call(self.target.put, key, data, spec)
         return written, checksum, {"bytes_read": len(data), "bytes_written": len(data)}
+
+    def _read_whole(self, key: str, src: ObjectInfo) -> tuple[bytes, ObjectInfo]:
+        """The object the listing saw, whole: a body cut short (with a Content-Length that agrees with the cut) is
+        transient, read again; an object changed since the listing fails (the next run copies its new version)."""
+        data, info = self.source.get(key)
+        if len(data) != src.size:
+            if info.signature != src.signature:
+                raise PermanentError(f"{self.source.url}: {key}: changed since it was listed", code="Changed")
+            said = f"{self.source.url}: {key}: read {len(data)} of its {src.size} bytes"
+            raise TransientError(said, code="ShortRead")
+        return data, info
 
     def copy_part(self, upload: Upload, number: int) -> Part:
         """Copy one part of an upload the way its mode says; a streamed part's receipt mismatch is re-sent once."""

@@ -24,8 +24,11 @@ class TransferSettings:
     copy_threshold: int = 1024 * MiB
     # Object bytes held in memory at once, across all workers.
     memory_budget: int = 96 * MiB
-    # Attempts per request for transient errors (1 = no retry).
-    retries: int = 6
+    # How long one request keeps retrying transient errors (throttling, 5xx, resets, timeouts) from its first
+    # attempt: long enough to ride out an endpoint that is away for half a minute.
+    retry_budget_s: float = 120.0
+    # At most this many attempts per request as well (1 = no retry); None: the budget alone decides.
+    retries: int | None = None
     retry_base_s: float = 0.25
     retry_max_s: float = 20.0
     checksum: bool = False
@@ -44,6 +47,8 @@ class TransferSettings:
             raise ValueError("threads must be at least 1")
         if self.part_size < 1 or self.memory_budget < 1:
             raise ValueError("part size and memory budget must be positive")
+        if self.retry_budget_s < 0 or (self.retries is not None and self.retries < 1):
+            raise ValueError("the retry budget must be >= 0 s and retries at least 1")
 
     def selects(self, key: str) -> bool:
         """True if include/exclude globs let key through."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from connectors.base import Part
 from ferry.errors import PermanentError
+from ferry.interrupts import failpoint
 
 FOLDER = "transfers"
 # ferry 0.1's one file for the transfer state of every pair (and the run log, which ferry/runlog.py takes).
@@ -163,6 +164,7 @@ class TransferState:
                 with self._conn:
                     self._conn.execute("BEGIN")
                     self._conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)", pending)
+                    failpoint("transfer:state-write")  # inside the transaction, before its commit
 
     # -- multipart uploads ----------------------------------------------------------------------
     def upload(self, key: str) -> UploadRecord | None:
@@ -206,12 +208,14 @@ class TransferState:
             self._conn.execute("DELETE FROM uploads WHERE key = ?", (key,))
 
 
-def written_signatures(state_dir: Path, target_url: str, keys: set[str]) -> dict[str, str]:
+def written_signatures(state_dir: Path, target_url: str, keys: set[str]) -> dict[str, str | None]:
     """For each of keys that a shard syncing into target_url verified, the target's signature it recorded then.
 
-    Read from every shard's file under state_dir (a journal outlives the plan's shards).
+    Read from every shard's file under state_dir (a journal outlives the plan's shards). A key that shards
+    recorded with different signatures (another sync wrote it into the same target: a second plan, a hand
+    `ferry sync` from another source) maps to None: which write is the journal's own cannot be told.
     """
-    found: dict[str, str] = {}
+    found: dict[str, str | None] = {}
     for path in sorted((state_dir / FOLDER).glob("*.sqlite")):
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
         try:
@@ -220,7 +224,7 @@ def written_signatures(state_dir: Path, target_url: str, keys: set[str]) -> dict
                 continue
             for key, dst_sig in conn.execute("SELECT key, dst_sig FROM objects"):
                 if key in keys:
-                    found[key] = dst_sig
+                    found[key] = dst_sig if found.get(key, dst_sig) == dst_sig else None
         except sqlite3.Error as exc:
             # Taken for "no record", it would keep every object ferry wrote: say so instead, delete nothing.
             raise PermanentError(f"transfer state {path} cannot be read ({exc}): nothing was deleted") from None

@@ -25,6 +25,7 @@ from typing import Any
 from connectors.registry import open_connector
 from connectors.transfer import Stats, Transfer, TransferSettings, TransferState, abort_incomplete
 from ferry.errors import FerryError
+from ferry.interrupts import failpoint
 from ferry.profiles import Profile
 
 _CHUNK = 8 << 20
@@ -189,6 +190,7 @@ def measure(
                 ]
                 target.close()
                 return result
+            failpoint("golive:checkpoint", stop)  # written, neither read back nor cleaned up
             result.write_gb_per_s = source.total / result.write_s / 1e9
             result.write_shard_gb_per_s = _write_spread(stats, source)
             try:

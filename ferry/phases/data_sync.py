@@ -18,10 +18,11 @@ import structlog
 from pydantic import Field, field_validator
 
 from checks.data import check_data
+from connectors.base import redact_url
 from connectors.registry import open_connector
 from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
 from ferry.audit import AuditFolder
-from ferry.errors import PermanentError, TransientError
+from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, Undo
 from ferry.plan import Size
@@ -43,9 +44,11 @@ class DataSyncSettings(Settings):
     exclude: list[str] = Field(default_factory=list)
     delete: bool = False
     checksum: bool = False
-    # Attempts of each request on a transient error (throttling, 5xx, resets) before the object fails. How hard
-    # it tries, not what it produces: left out of the input hash (exclude), which stays what ferry 0.1 computed.
-    retries: int = Field(default=TransferSettings.retries, ge=1, le=100, exclude=True)
+    # How long each request keeps retrying a transient error (throttling, 5xx, resets, timeouts) before its object
+    # fails, and at most how many attempts (none: the budget decides). How hard it tries, not what it produces:
+    # left out of the input hash (exclude), which stays what ferry 0.1 computed.
+    retry_budget_s: float = Field(default=TransferSettings.retry_budget_s, ge=0, le=86400, exclude=True)
+    retries: int | None = Field(default=TransferSettings.retries, ge=1, le=10_000, exclude=True)
     # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
     shards: list[str] = Field(default_factory=list)
 
@@ -76,6 +79,11 @@ def label(shard: str) -> str:
 def _journal_name(shard: str) -> str:
     """The file, in the run's audit folder, of the keys a shard created."""
     return f"created-{label(shard)}.jsonl"
+
+
+def _target_file(journal: Path) -> Path:
+    """Beside a shard's journal: the target it synced into (redacted), for its rollback to check."""
+    return journal.with_name("target-" + journal.stem.removeprefix("created-") + ".json")
 
 
 class _Follow:
@@ -132,6 +140,7 @@ class DataSyncPhase(Phase):
             exclude=tuple(sync.exclude),
             delete=sync.delete,
             checksum=sync.checksum,
+            retry_budget_s=sync.retry_budget_s,
             retries=sync.retries,
             prefix=shard,
             dry_run=dry_run,
@@ -178,6 +187,9 @@ class DataSyncPhase(Phase):
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
         """Copy one shard, journalling the keys it created; raises if any object failed."""
         journal = audit.path(self.name, _journal_name(step))
+        # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
+        target_file = _target_file(journal)
+        audit.write_json(self.name, target_file.name, {"target": redact_url(self.loaded.storage("target"))})
         lock = threading.Lock()
         follow = _Follow(
             reporter.progress(
@@ -254,6 +266,16 @@ class DataSyncPhase(Phase):
         journals = sorted(j for j in folder.glob("created-*.jsonl") if not j.name.endswith(".undone.jsonl"))
         pending = [j for j in journals if j.exists() and not j.with_name(j.stem + ".rollback.json").exists()]
         target, state = self.loaded.storage("target"), self.loaded.state_dir / "state"
+        for journal in pending:
+            synced = _target_file(journal)
+            then = json.loads(synced.read_text(encoding="utf-8"))["target"] if synced.exists() else None
+            if then is not None and then != redact_url(target):
+                # Its keys under the plan's new target would be someone else's objects (another plan's, even
+                # recorded as ferry's in a transfer state this state directory shares).
+                raise UsageError(
+                    f"run {audit_root.name} synced into {then}, not into {redact_url(target)} (the plan's target "
+                    "now): point target.storage back there to roll that run back"
+                )
         kept = "objects it overwrote cannot be restored without bucket versioning"
         if dry_run:
             to_delete, items = 0, []

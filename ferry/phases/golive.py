@@ -158,6 +158,8 @@ class GoliveGate(Settings):
 
 
 STEPS = ["fingerprint", "latency", "checkpoint", "autoscaling", "report"]
+# In a run's audit folder: where its checkpoint writes (journalled first), and that it was cleaned up.
+CHECKPOINT_TARGET, CHECKPOINT_CLEANED = "checkpoint-target.json", "checkpoint-cleaned.json"
 
 
 class GolivePhase(Phase):
@@ -345,16 +347,41 @@ class GolivePhase(Phase):
         s = self.settings.checkpoint
         if s is None:
             return {"result": None, "reason": "not configured (phases.golive.checkpoint)"}
+        self._clean_crashed(audit)
         url = checkpoint.run_url(self.loaded.storage("target"), s.prefix, f"{audit.root.name}-{time.time_ns()}")
-        # Journalled before anything is written: a crashed run's leftovers are found and removed by rollback.
-        audit.write_json(self.name, "checkpoint-target.json", {"url": url})
+        # Journalled before anything is written: a crashed run's leftovers are found and removed (by the next
+        # measurement, or a rollback).
+        audit.write_json(self.name, CHECKPOINT_TARGET, {"url": url})
         source = checkpoint.synthetic(self.loaded.state_dir / "golive" / "synthetic", s.size, s.shards)
         settings = TransferSettings(threads=s.threads)
         result = checkpoint.measure(
             source, url, profiles=self.loaded.plan.profiles, settings=settings, stop=reporter.stopping
         )
         log.info("checkpoint measured", write=result.write_gb_per_s, read=result.read_gb_per_s)
+        if result.cleanup and not any(p.startswith("cleanup of") for p in result.problems):
+            audit.write_json(self.name, CHECKPOINT_CLEANED, {"cleanup": result.cleanup})
         return {"result": result.to_dict(), "reason": ""}
+
+    def _clean_crashed(self, audit: AuditFolder) -> None:
+        """Remove what the checkpoints of earlier runs left on the target: a run killed mid-write (kill -9, a lost
+        machine) never reached its own clean-up. Only under a place a run journalled as its own."""
+        for journal in sorted(audit.root.parent.glob(f"*/{self.name}/{CHECKPOINT_TARGET}")):
+            folder = journal.parent
+            if folder == audit.root / self.name or (folder / CHECKPOINT_CLEANED).exists():
+                continue
+            url = json.loads(journal.read_text(encoding="utf-8"))["url"]
+            try:
+                done = self._clean(folder, url)
+            except FerryError as exc:
+                log.warning("could not remove what an earlier checkpoint left", url=url, error=str(exc))
+                continue
+            log.info("removed what an earlier run's checkpoint left", run=folder.parent.name, cleanup=done)
+
+    def _clean(self, folder: Path, url: str) -> str:
+        """Delete everything under a run's journalled checkpoint place and mark that run's folder cleaned."""
+        done = checkpoint.cleanup(url, self.loaded.plan.profiles)
+        (folder / CHECKPOINT_CLEANED).write_text(json.dumps({"cleanup": done}) + "\n", encoding="utf-8")
+        return done
 
     def _autoscaling(self, audit: AuditFolder, reporter: Reporter) -> dict:
         s, cluster = self.settings.autoscaling, self.loaded.plan.target.cluster
@@ -501,13 +528,13 @@ class GolivePhase(Phase):
         """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
         folder = audit_root / self.name
         items, done = [], []
-        journal = folder / "checkpoint-target.json"
-        if journal.exists():
+        journal = folder / CHECKPOINT_TARGET
+        if journal.exists() and not (folder / CHECKPOINT_CLEANED).exists():
             url = json.loads(journal.read_text(encoding="utf-8"))["url"]
             items.append(f"delete every object under {url}")
             if not dry_run:
                 try:
-                    done.append(checkpoint.cleanup(url, self.loaded.plan.profiles))
+                    done.append(self._clean(folder, url))
                 except FerryError as exc:
                     done.append(f"could not clean {url}: {exc}")
         original_file = folder / "autoscaling-original.json"

@@ -33,6 +33,7 @@ from ferry.audit import AuditFolder
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS
 from ferry.iam.model import Level, Mapping, render_rbac
 from ferry.iam.sources import read_sources
+from ferry.interrupts import failpoint
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import DNS_LABEL, Plan
 from ferry.results import CheckResult
@@ -215,6 +216,7 @@ class IamPhase(Phase):
             audit.write_text(self.name, "previous-rbac.yaml", previous)
         audit.write_json(self.name, "published.json", {"path": str(target)})
         _replace(target, text)
+        failpoint("iam:published", reporter.stopping)
         log.info("mapped IAM", **mapping.totals())
         return {**mapping.totals(), "changed": previous != text}
 
@@ -249,6 +251,15 @@ class IamPhase(Phase):
         if not (folder / "published.json").exists():
             return Undo(f"nothing to undo: run {audit_root.name} published no bindings")
         previous, target = folder / "previous-rbac.yaml", self.published()
+        ours = folder / "rbac.yaml"
+        if ours.exists() and (target.read_text(encoding="utf-8") if target.exists() else None) != ours.read_text(
+            encoding="utf-8"
+        ):
+            # Published over since (another plan sharing this state directory, a later run): not this run's to undo.
+            item = f"leave {target}: it no longer holds the bindings run {audit_root.name} published"
+            if not dry_run:
+                done_file.write_text(json.dumps({"done": item}) + "\n", encoding="utf-8")
+            return Undo(item, [item])
         if previous.exists():
             verb, item = "restore", f"restore {target} from {previous}"
             text = f"the bindings published before run {audit_root.name} at {target}"

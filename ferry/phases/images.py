@@ -40,9 +40,9 @@ from ferry.audit import AuditFolder
 from ferry.digest_map import ImageRecord
 from ferry.errors import FerryError, PermanentError, UsageError
 from ferry.images import Rebased, content_hash, cuda_version, match_tags, normalise, read_dockerfile, rebase
-from ferry.interrupts import one_by_one
+from ferry.interrupts import failpoint, one_by_one
 from ferry.net import plain_http, registry_failure
-from ferry.oci import Manifest, Reference, Registry, RegistryError
+from ferry.oci import RETRIES, Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import BaseImageRule, LoadedPlan, Plan
 from ferry.profiles import Credentials
@@ -358,8 +358,10 @@ class ImagesPhase(Phase):
         def one(item: Any, authfile: list[str]) -> None:
             if reporter.stopping.is_set():  # interrupted: what is not started is left for the next run
                 return
-            do = self._build_one if isinstance(item, DockerfileEntry) else self._copy_one
-            do(item, audit, journal, authfile)
+            if isinstance(item, DockerfileEntry):
+                self._build_one(item, audit, journal, authfile)
+            else:
+                self._copy_one(item, audit, journal, authfile, reporter.stopping)
 
         with self._authfile() as authfile, ThreadPoolExecutor(max_workers=self.settings.parallel) as pool:
             futures = {pool.submit(one, item, authfile): name for name, item in work}
@@ -515,7 +517,8 @@ class ImagesPhase(Phase):
         _run_tool([*argv, str(prepared["context"])], f"build {entry.image}")
         digest_file = audit.path("images", f"digest-{_slug(entry.image)}")
         _run_tool(
-            [*buildah, "push", tls, *authfile, "--digestfile", str(digest_file), target, f"docker://{target}"],
+            [*buildah, "push", "--retry", str(RETRIES), tls, *authfile, "--digestfile", str(digest_file)]
+            + [target, f"docker://{target}"],
             f"push {entry.image}",
         )
         return digest_file.read_text(encoding="utf-8").strip()
@@ -587,11 +590,19 @@ class ImagesPhase(Phase):
             copies += [{"name": r, "source": self.source_ref(r), "target": self.target_ref(r)} for r in refs]
         return copies
 
-    def _copy_one(self, copy: dict[str, str], audit: AuditFolder, journal: _Journal, authfile: list[str]) -> None:
+    def _copy_one(
+        self,
+        copy: dict[str, str],
+        audit: AuditFolder,
+        journal: _Journal,
+        authfile: list[str],
+        stopping: threading.Event,
+    ) -> None:
         source, target = copy["source"], copy["target"]
         source_digest = self._digest(source)
         if source_digest is None:
-            raise PermanentError(f"{copy['name']}: {source} is not on the source registry")
+            # Named by the run's list of failures ("images: 1 of 2 failed: NAME: ..."): not again here.
+            raise PermanentError(f"{source} is not on the source registry")
         if self._digest(target) == source_digest:
             journal.add("skipped", {"image": copy["name"], "target": target, "digest": source_digest})
             self._record(journal, source, target, source_digest, "copied", None)
@@ -600,14 +611,16 @@ class ImagesPhase(Phase):
         previous = self._previous(target)
         src_tls, dst_tls = str(self._tls(source)).lower(), str(self._tls(target)).lower()
         _run_tool(
-            ["skopeo", "copy", "--all", "--preserve-digests", f"--src-tls-verify={src_tls}"]
-            + [f"--dest-tls-verify={dst_tls}", *authfile, f"docker://{source}", f"docker://{target}"],
+            ["skopeo", "copy", "--all", "--preserve-digests", "--retry-times", str(RETRIES)]
+            + [f"--src-tls-verify={src_tls}", f"--dest-tls-verify={dst_tls}", *authfile]
+            + [f"docker://{source}", f"docker://{target}"],
             f"copy {copy['name']}",
         )
+        failpoint("images:pushed", stopping)  # the tag is pushed and not yet journalled: the narrowest window
         self._journal_push(journal, target, source_digest, previous)
         landed = self._digest(target)
         if landed != source_digest:
-            raise PermanentError(f"{copy['name']}: the copy's digest changed ({source_digest} became {landed})")
+            raise PermanentError(f"the copy's digest changed ({source_digest} became {landed})")
         self._record(journal, source, target, source_digest, "copied", None)
 
     def _previous(self, target: str) -> Manifest | None:
@@ -715,6 +728,11 @@ class ImagesPhase(Phase):
         if not (folder / "published.json").exists():
             return []
         published = digest_map.path(self.loaded.state_dir)
+        ours = folder / "digests.json"
+        live = published.read_text(encoding="utf-8") if published.exists() else None
+        if ours.exists() and live != ours.read_text(encoding="utf-8"):
+            # Published over since (another plan sharing this state directory, a later run): not this run's to undo.
+            return [f"leave {published}: it no longer holds the map run {folder.parent.name} published"]
         previous = folder / "previous-digests.json"
         if previous.exists():
             if not dry_run:

@@ -35,7 +35,7 @@ from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.golive import kube
-from ferry.interrupts import one_by_one
+from ferry.interrupts import failpoint, one_by_one
 from ferry.manifests import (
     MANAGED_BY_LABEL,
     PLAN_LABEL,
@@ -405,7 +405,7 @@ class ManifestsPhase(Phase):
         cluster = self.cluster()
         objects = self.objects(rendering, cluster)
         self._snapshot(cluster, objects, audit)
-        applied = self._apply(cluster, objects, audit)
+        applied = self._apply(cluster, objects, audit, reporter.stopping)
         waiting = self._wait(cluster, objects, reporter)
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
         # What the rollout left, to tell later what someone changed since.
@@ -441,7 +441,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "snapshot.json", snapshot)
         _write_private(self._secrets_file(audit.root), secrets)
 
-    def _apply(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> int:
+    def _apply(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder, stopping: threading.Event) -> int:
         """Apply wave by wave, journaling each object before it is changed; a Job whose pod template changed (the
         API server refuses the apply: immutable) is replaced."""
         snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
@@ -465,6 +465,7 @@ class ManifestsPhase(Phase):
                 cluster.delete(obj["apiVersion"], "Job", meta["name"], meta.get("namespace"))
                 cluster.create(obj)
             log.info("applied", object=key, action=action)
+            failpoint("manifests:mid-wave", stopping)
         return len(objects)
 
     def _wait(self, cluster: ClusterApi, objects: list[dict], reporter: Reporter) -> list[str]:

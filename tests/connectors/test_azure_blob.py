@@ -20,6 +20,7 @@ from connectors.base import WriteSpec
 from connectors.registry import open_connector
 from ferry.errors import ChecksumMismatch, PermanentError, RejectedKey, TransientError, UsageError
 from ferry.profiles import Credentials, Profile
+from ferry.results import Status
 from tests.connectors.conformance import PART, ConnectorSuite
 from tests.support import AZURITE_ACCOUNT, AZURITE_KEY, Server
 
@@ -233,3 +234,10 @@ def test_metadata_azure_cannot_name_travels_and_comes_back(connector: AzureBlobC
     for key in ("meta.bin", "parts.bin"):
         assert connector.stat(key).metadata == metadata
     assert next(connector.list()).metadata == metadata
+
+
+def test_an_ip_style_endpoint_is_named_by_its_host_and_passes_the_private_check(connector: AzureBlobConnector) -> None:
+    from checks.preflight import check_private_endpoint
+
+    assert connector.network_host() == "127.0.0.1"  # not "127.0.0.1:PORT/devstoreaccount1", which cannot resolve
+    assert check_private_endpoint("target", connector).status == Status.PASS

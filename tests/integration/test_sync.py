@@ -18,7 +18,7 @@ from connectors.registry import open_connector
 from connectors.transfer import TransferSettings, TransferState
 from ferry.results import Status
 from ferry.sync import run_sync
-from tests.integration.faultproxy import FaultProxy
+from tests.faults.proxy import FaultProxy
 from tests.support import parts_recorded, signal_mid_copy
 
 KiB = 1024

@@ -277,13 +277,34 @@ def test_rollback_removes_what_a_crashed_run_left(tmp_path) -> None:
     assert "nothing to undo" in phase.rollback(audit_root).text
     phase.run("checkpoint", AuditFolder(audit_root), Reporter())
     url = json.loads((audit_root / "golive" / "checkpoint-target.json").read_text())["url"]
-    leftover = Path(url) / "model-00001-of-00001.bin"
-    leftover.parent.mkdir(parents=True, exist_ok=True)
-    leftover.write_bytes(b"left by a crash")
+    assert "nothing to undo" in phase.rollback(audit_root).text, "it cleaned up after itself, and says so"
+    # A run killed mid-write: its shards are there, and it never reached its clean-up (nor marked it done).
+    leftover = crash(audit_root, url)
     preview = phase.rollback(audit_root, dry_run=True)
     assert preview.items == [f"delete every object under {url}"] and leftover.exists()
     assert "deleted 1 object(s)" in phase.rollback(audit_root).text and not leftover.exists()
-    assert "deleted 0 object(s)" in phase.rollback(audit_root).text
+    assert "nothing to undo" in phase.rollback(audit_root).text
+
+
+def crash(audit_root: Path, url: str) -> Path:
+    """What a checkpoint killed mid-write leaves: a shard under its place, no clean-up marker."""
+    leftover = Path(url) / "model-00001-of-00001.bin"
+    leftover.parent.mkdir(parents=True, exist_ok=True)
+    leftover.write_bytes(b"left by a crash")
+    (audit_root / "golive" / "checkpoint-cleaned.json").unlink()
+    return leftover
+
+
+def test_the_next_measurement_removes_what_a_killed_one_left(tmp_path) -> None:
+    path = plan_file(tmp_path, {"checkpoint": {"size": "1M", "shards": 1}, "gpu_probe": False})
+    phase = open_phase(load_plan(path), "golive")
+    first, second = tmp_path / "runs" / "r1", tmp_path / "runs" / "r2"
+    phase.run("checkpoint", AuditFolder(first), Reporter())
+    url = json.loads((first / "golive" / "checkpoint-target.json").read_text())["url"]
+    leftover = crash(first, url)
+    phase.run("checkpoint", AuditFolder(second), Reporter())
+    assert not leftover.exists() and (first / "golive" / "checkpoint-cleaned.json").exists()
+    assert "nothing to undo" in phase.rollback(first).text
 
 
 def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:

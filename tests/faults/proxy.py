@@ -1,0 +1,277 @@
+"""An HTTP proxy between ferry and a real local server (moto, Azurite, a registry) that injects faults.
+
+Per request, seeded so that a failure replays:
+- at `rate` (which requests: drawn), one of `kinds` in turn: `reset` (the connection is reset before the request
+  reaches the store), `truncate` (the store answered; the headers promise the whole body, half of it comes, then
+  the connection is reset), `stall` (the store did the work, its answer is held for `stall_s`, longer than the
+  client's read timeout, then the connection is reset), `503` (S3's SlowDown body; the store never sees it);
+- once, at request `outage_at`: the endpoint goes away for `outage_s` (the listener closed: connections are
+  refused; connections already open are reset), then comes back on the same port;
+- a store that lies, on requests whose path contains `lie_path`: `checksum` (the checksum and ETag it reports are
+  rewritten), `short` (a body cut short with a Content-Length that agrees), `drop` (a write answered 200 with the
+  ETag the body would have, and not stored), `lost` (the store does the work, its answer is lost: a reset).
+And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
+`unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped.
+
+Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
+bytes included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import random
+import socket
+import struct
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+)
+SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+KINDS = ("reset", "truncate", "stall", "503")
+# The headers a store reports an object's checksum in: S3's, Azure's, a registry's.
+CHECKSUM_HEADERS = ("etag", "x-amz-checksum-crc32c", "content-md5", "x-ms-content-crc64", "docker-content-digest")
+_WRITES = ("PUT", "POST")
+
+
+def _altered(value: str) -> str:
+    """The value with one hex or base64 character changed (quotes and the rest kept)."""
+    for i in range(len(value) - 1, -1, -1):
+        if value[i].isalnum():
+            return value[:i] + ("0" if value[i] != "0" else "1") + value[i + 1 :]
+    return value + "0"
+
+
+class FaultProxy:
+    """Forward to 127.0.0.1:upstream_port, injecting faults; a context manager."""
+
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        rate: float = 0.0,
+        kinds: tuple[str, ...] = KINDS,
+        seed: int = 0,
+        stall_s: float = 5.0,
+        outage_at: int | None = None,
+        outage_s: float = 30.0,
+        lie: str | None = None,
+        lie_path: str = "",
+        lie_times: int = 1_000_000,
+        every: int = 0,
+        retry_after: str = "0",
+        deny: str | None = None,
+        corrupt: str | None = None,
+        corrupt_times: int = 1,
+        unavailable: str | None = None,
+    ):
+        assert set(kinds) <= set(KINDS) and lie in (None, "checksum", "short", "drop", "lost")
+        self.upstream_port = upstream_port
+        self.rate, self.kinds, self.stall_s = rate, kinds, stall_s
+        self.outage_at, self.outage_s = outage_at, outage_s
+        self.lie, self.lie_path, self.lies_left = lie, lie_path, lie_times
+        self.every = every
+        self.deny = deny
+        self.corrupt = corrupt
+        self.corrupt_left = corrupt_times
+        self.corrupted = 0
+        self.unavailable = unavailable
+        self.refused = 0
+        self.retry_after = retry_after
+        self.requests = 0
+        self.injected = 0
+        self.faults: Counter[str] = Counter()
+        self.lies = 0
+        self.body_bytes = 0
+        self.outages = 0
+        self.down = threading.Event()
+        self.closed = threading.Event()
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._handler = self._handler_class()
+        self.server = self._listen(0)
+        self.port = self.server.server_address[1]
+
+    # -- the listener ------------------------------------------------------------------------------
+    def _listen(self, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), self._handler)
+        server.daemon_threads = True
+        return server
+
+    def _serve(self, server: ThreadingHTTPServer) -> None:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def _outage(self) -> None:
+        """The endpoint away for outage_s: the listener closed (connections refused), then opened again."""
+        self.down.set()
+        self.server.shutdown()
+        self.server.server_close()
+        if self.closed.wait(self.outage_s):
+            return
+        self.server = self._listen(self.port)
+        self.down.clear()
+        self._serve(self.server)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FaultProxy:
+        self._serve(self.server)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closed.set()
+        if not self.down.is_set():
+            self.server.shutdown()
+        self.server.server_close()
+
+    # -- one request -------------------------------------------------------------------------------
+    def _draw(self, command: str, path: str) -> tuple[str | None, bool, bool]:
+        """(fault kind or None, start the outage now, lie on this request), under the lock."""
+        with self._lock:
+            self.requests += 1
+            outage = self.outage_at is not None and self.requests == self.outage_at
+            fault = None
+            if self.every > 0 and self.requests % self.every == 0:
+                fault = "503"
+                self.injected += 1
+            elif self.rate and self._random.random() < self.rate:
+                # Which requests fault is drawn; the kinds take turns, so that each gets its share.
+                fault = self.kinds[sum(self.faults.values()) % len(self.kinds)]
+            if fault:
+                self.faults[fault] += 1
+            lie = bool(self.lie and self.lie_path in path and self.lies_left > 0)
+            if lie and self.lie == "drop" and command not in _WRITES:
+                lie = False
+            if lie:
+                self.lies_left -= 1
+                self.lies += 1
+        if outage:
+            self.outages += 1
+            threading.Thread(target=self._outage, daemon=True).start()
+        return fault, outage, lie
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _reset(self) -> None:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+
+            def _body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():  # skopeo's blob PATCHes
+                    chunks = []
+                    while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                        pass
+                    return b"".join(chunks)
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                body = self._body()
+                with proxy._lock:
+                    proxy.body_bytes += len(body)
+                if proxy.down.is_set():
+                    self._reset()
+                    return
+                fault, outage, lie = proxy._draw(self.command, self.path)
+                if outage or fault == "reset":
+                    self._reset()
+                    return
+                if fault == "503":
+                    self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
+                    return
+                if proxy.deny and proxy.deny in self.path and self.command in _WRITES:
+                    self._error(403, DENIED, {})
+                    return
+                refuse = proxy.unavailable
+                if refuse and refuse in self.path and self.command in _WRITES:
+                    with proxy._lock:
+                        proxy.refused += 1
+                    self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
+                    return
+                if lie and proxy.lie == "drop":
+                    self._dropped(body)
+                    return
+                if proxy.corrupt and proxy.corrupt in self.path and self.command == "PUT" and body:
+                    with proxy._lock:
+                        flip = proxy.corrupt_left > 0
+                        proxy.corrupt_left -= int(flip)
+                        proxy.corrupted += int(flip)
+                    if flip:
+                        body = bytes([body[0] ^ 0xFF]) + body[1:]
+                self._forward(body, fault, lie)
+
+            def _forward(self, body: bytes, fault: str | None, lie: bool) -> None:
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("connection", "transfer-encoding")
+                }
+                upstream.request(self.command, self.path, body=body or None, headers=headers)
+                response = upstream.getresponse()
+                payload = response.read()
+                upstream.close()
+                if fault == "stall" or (lie and proxy.lie == "lost"):  # the store did the work; no answer comes
+                    if fault == "stall":
+                        proxy.closed.wait(proxy.stall_s)
+                    self._reset()
+                    return
+                if lie and proxy.lie == "short" and len(payload) > 1:
+                    payload = payload[: len(payload) // 2]
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() in ("transfer-encoding", "connection", "content-length"):
+                        continue
+                    if lie and proxy.lie == "checksum" and key.lower() in CHECKSUM_HEADERS:
+                        value = _altered(value)
+                    self.send_header(key, value)
+                # A HEAD answer has no body but keeps the object's Content-Length.
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(payload)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                if fault == "truncate" and len(payload) > 1:
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self._reset()
+                    return
+                self.wfile.write(payload)
+
+            def _dropped(self, body: bytes) -> None:
+                """200 to a write, with the ETag the body would have had, and nothing stored."""
+                self.send_response(200)
+                self.send_header("ETag", f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _error(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
+
+        return Handler
