@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -374,6 +376,9 @@ def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     pid, fd = pty.fork()
     if pid == 0:  # the child: ferry with the pty as its controlling terminal, as a shell starts it
+        # With SIGINT at its default, as a shell starts a job: an ignored one (inherited from a test worker) would
+        # stay ignored across exec, and the Ctrl-C below would never arrive.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(FERRY, [FERRY, "rollback", str(plan), "--phase", "data_sync"], {**env, "COLUMNS": "200"})
     screen = b""
     while b"roll back data_sync of run" not in screen:
@@ -382,11 +387,19 @@ def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api
         screen += chunk
     os.write(fd, b"\x03")  # Ctrl-C, through the terminal's line discipline: SIGINT to the foreground job
     try:
-        while chunk := os.read(fd, 4096):
+        # Until the child closes the terminal; a child that never reacts fails here, with what it showed.
+        while select.select([fd], [], [], 120)[0] and (chunk := os.read(fd, 4096)):
             screen += chunk
     except OSError:  # EIO once the child has closed the terminal
         pass
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if ended == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("ferry did not end after Ctrl-C at the prompt: " + screen.decode(errors="replace")[-2000:])
+    status = ended[1]
     text = screen.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 130, text
     assert "ferry: interrupted at the prompt; nothing was changed" in text and "Traceback" not in text
