@@ -365,6 +365,9 @@ def test_an_interrupt_keeps_what_the_phase_changed(prefect_api, ends, tmp_path, 
         kept()
 
 
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}  # the read system call's number
+
+
 def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api, moto_env, tmp_path) -> None:
     """`ferry rollback` on a terminal (a pty) lists the first 20 items, asks, and Ctrl-C there is one line."""
     import pty
@@ -385,6 +388,12 @@ def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api
         chunk = os.read(fd, 4096)
         assert chunk, screen.decode(errors="replace")
         screen += chunk
+    # Only once ferry is blocked reading its terminal: a SIGINT that lands between the prompt's write and the read
+    # is flagged for Python and the read then waits for a line (no human types that fast; a test on a busy machine does).
+    reading = f"{READ_SYSCALL[os.uname().machine]} 0x0 "  # read(0, ...): /proc/PID/syscall
+    deadline = time.monotonic() + 60
+    while not Path(f"/proc/{pid}/syscall").read_text().startswith(reading) and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.write(fd, b"\x03")  # Ctrl-C, through the terminal's line discipline: SIGINT to the foreground job
     try:
         # Until the child closes the terminal; a child that never reacts fails here, with what it showed.
