@@ -15,7 +15,16 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from croniter import croniter
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from ferry.config import FieldProblem, field_line, load_yaml_model
 from ferry.errors import UsageError
@@ -37,6 +46,19 @@ def _size(value: Any) -> int:
 Size = Annotated[int, BeforeValidator(_size)]
 
 
+def _path(value: str) -> str:
+    """A path a file system can hold; else every call on it fails (a NUL, a name over 255 bytes)."""
+    if "\0" in value:
+        raise ValueError(f"{value!r}: a path holds no NUL character")
+    if len(value.encode()) > 4095 or any(len(part.encode()) > 255 for part in value.split("/")):
+        raise ValueError(f"{value[:40]!r}...: too long for a file system (a name over 255 bytes or a path over 4095)")
+    return value
+
+
+# A file or folder the plan names, relative to the plan file unless absolute.
+FilePath = Annotated[str, AfterValidator(_path)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -50,7 +72,7 @@ class Cluster(_Strict):
     context: str = Field(min_length=1)
     namespace: str = Field(pattern=DNS_LABEL)
     # Default: $KUBECONFIG, else ~/.kube/config; relative to the plan file.
-    kubeconfig: str | None = None
+    kubeconfig: FilePath | None = None
 
 
 class Side(_Strict):
@@ -60,6 +82,11 @@ class Side(_Strict):
     # host[:port][/path], as image references name it (no scheme), e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml
     registry: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9._/-]+)?$")
     cluster: Cluster | None = None
+
+    @field_validator("storage")
+    @classmethod
+    def _local_path(cls, value: str) -> str:
+        return value if "://" in value else _path(value)
 
     @field_validator("registry", mode="before")
     @classmethod
@@ -72,7 +99,7 @@ class Side(_Strict):
 class AwsIamSource(_Strict):
     """AWS IAM: the account's live IAM API, or the JSON of `aws iam get-account-authorization-details`."""
 
-    export: str | None = None
+    export: FilePath | None = None
     endpoint_url: str | None = None
     region: str = "us-east-1"
     credentials: Credentials = Field(default_factory=Credentials)
@@ -89,14 +116,14 @@ class IamSources(_Strict):
 
     aws: AwsIamSource | None = None
     # The JSON of `az role assignment list --all`.
-    azure_export: str | None = None
+    azure_export: FilePath | None = None
     # The JSON of `az role definition list --custom-role-only true`: what custom roles allow.
-    azure_role_definitions: str | None = None
+    azure_role_definitions: FilePath | None = None
     # A JSON object keyed by group object id or display name, each value what `az ad group member list
     # --group NAME` prints: the members of the groups the assignments name (nested groups expanded).
-    azure_group_members: str | None = None
+    azure_group_members: FilePath | None = None
     # LDAP groups as LDIF.
-    ldif: str | None = None
+    ldif: FilePath | None = None
 
     @model_validator(mode="after")
     def _some(self) -> IamSources:
@@ -113,7 +140,7 @@ class SourceSide(Side):
 
 class TargetSide(Side):
     # A built-in target profile (meta-compute, generic-k8s) or the path of a user's YAML profile.
-    profile: str = "generic-k8s"
+    profile: FilePath = "generic-k8s"
     # The target's Kubernetes version, one for the whole plan: its schemas validate what the iam and
     # manifests phases render (default: the newest kubernetes-validate knows).
     kubernetes_version: str | None = Field(default=None, pattern=r"^1\.\d+$")
@@ -160,7 +187,7 @@ class Plan(_Strict):
     # WARN stops the run too, not only FAIL.
     strict: bool = False
     retries: Retries = Field(default_factory=Retries)
-    state_dir: str = ".ferry"
+    state_dir: FilePath = ".ferry"
 
     @field_validator("schedule")
     @classmethod
@@ -239,11 +266,10 @@ def _renamed_keys(data: dict) -> dict:
 
 def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
     """A built-in target profile by name, or a user's YAML profile by path (relative to the plan)."""
-    builtin = TARGETS_DIR / f"{ref}.yaml"
     if "/" not in ref and not ref.endswith((".yaml", ".yml")):
-        if not builtin.exists():
+        if ref not in builtin_targets():  # (a name, not a file looked for: it may be no file name at all)
             raise UsageError(f"target profile {ref!r} is not built in ({', '.join(builtin_targets())}) nor a path")
-        return load_yaml_model(builtin, TargetProfile, transform=_renamed_keys)
+        return load_yaml_model(TARGETS_DIR / f"{ref}.yaml", TargetProfile, transform=_renamed_keys)
     path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
     return load_yaml_model(path, TargetProfile, transform=_renamed_keys)
 

@@ -4,6 +4,7 @@ and stopped by PID."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -85,3 +86,25 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
         os.environ.pop("PREFECT_API_URL", None)
         stop_server(proc)
+
+
+# tests/fuzz counts the inputs it tries: the session's last lines say how many, from every worker under xdist.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    fuzz = sys.modules.get("tests.fuzz.common")
+    if fuzz is not None and hasattr(session.config, "workeroutput"):  # an xdist worker hands its counts over
+        session.config.workeroutput["fuzz"] = [dict(fuzz.TRIED), dict(fuzz.CALLS)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # the xdist controller, as each worker ends
+    if counts := getattr(node, "workeroutput", {}).get("fuzz"):
+        from tests.fuzz.common import CALLS, TRIED
+
+        TRIED.update(counts[0])
+        CALLS.update(counts[1])
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    fuzz = sys.modules.get("tests.fuzz.common")
+    if fuzz is not None and (line := fuzz.summary()):
+        terminalreporter.write_line(line)

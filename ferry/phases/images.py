@@ -44,7 +44,7 @@ from ferry.interrupts import failpoint, one_by_one
 from ferry.net import plain_http, registry_failure
 from ferry.oci import RETRIES, Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
-from ferry.plan import BaseImageRule, LoadedPlan, Plan
+from ferry.plan import BaseImageRule, FilePath, LoadedPlan, Plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
@@ -63,10 +63,10 @@ _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 class DockerfileEntry(Settings):
     """A Dockerfile to rebase and rebuild; `image` names it under both source.registry and target.registry."""
 
-    path: str = Field(min_length=1)
+    path: FilePath = Field(min_length=1)
     image: str
     # The build context; default: the Dockerfile's folder.
-    context: str | None = None
+    context: FilePath | None = None
     build_args: dict[str, str] = Field(default_factory=dict)
     # The stage to build; default: the last.
     target: str | None = None

@@ -49,6 +49,7 @@ from ferry.manifests import (
     wave_of,
 )
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.plan import FilePath
 from ferry.results import CheckResult, Status
 
 log = structlog.get_logger("ferry.phases.manifests")
@@ -61,7 +62,7 @@ class ManifestsSettings(Settings):
     """Settings of the manifests phase: where the manifests are and what moves where."""
 
     # Files and folders (*.yaml, *.yml), relative to the plan.
-    sources: list[str] = Field(min_length=1)
+    sources: list[FilePath] = Field(min_length=1)
     # Image prefix on the source -> on the target; source.registry -> target.registry is added by default.
     images: dict[str, str] = Field(default_factory=dict)
     # Added to (and overriding) the target profile's storage class map.

@@ -35,6 +35,17 @@ CALLS: Counter[str] = Counter()
 CALL_LIMIT_S = float(os.environ.get("FERRY_FUZZ_CALL_LIMIT_S", "30"))
 
 
+def summary() -> str | None:
+    """The session's count of inputs tried, for its last lines (tests/conftest.py prints it); None before any."""
+    if not TRIED:
+        return None
+    counts = ", ".join(f"{target} {n}" for target, n in sorted(TRIED.items()))
+    return (
+        f"fuzz: {sum(TRIED.values())} inputs tried ({counts}) in {sum(CALLS.values())} ferry commands; "
+        f"FERRY_FUZZ_EXAMPLES={examples(1)}"
+    )
+
+
 def examples(n: int) -> int:
     """n, times FERRY_FUZZ_EXAMPLES (1 in CI)."""
     return n * int(os.environ.get("FERRY_FUZZ_EXAMPLES", "1"))

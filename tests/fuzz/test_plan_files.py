@@ -227,6 +227,12 @@ REGRESSIONS = [
     (MINIMAL.replace("name: x", "name: !!timestamp x"), "plan.yaml:1: not valid YAML: 'x' is not a valid timestamp"),
     (MINIMAL.replace("name: x", "name: !!bool maybe"), "plan.yaml:1: not valid YAML: 'maybe' is not a valid bool"),
     (MINIMAL.replace("phases:", '"x\\ny": 1\nphases:'), "plan.yaml:4: 'x\\ny': unknown field"),
+    # Paths no file system holds: an OSError (file name too long) or a ValueError (embedded null byte) before.
+    (MINIMAL.replace("{storage: ./d}", "{storage: ./d, profile: " + "z" * 400 + "}"), "is not built in"),
+    (MINIMAL + 'state_dir: "a\\0b"\n', "plan.yaml:5: state_dir: 'a\\x00b': a path holds no NUL character"),
+    (MINIMAL + "state_dir: " + "x" * 300 + "\n", "plan.yaml:5: state_dir: 'xxxxxxxxxx"),
+    (MINIMAL.replace("./s}", './s, iam: {ldif: "a\\0b"}}'), "plan.yaml:2: source.iam.ldif: 'a\\x00b': a path holds"),
+    (MINIMAL.replace("{data_sync: {}}", '{manifests: {sources: ["m\\0"]}}'), "phases.manifests.sources.0: 'm\\x00'"),
 ]
 
 
