@@ -388,8 +388,9 @@ def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api
         chunk = os.read(fd, 4096)
         assert chunk, screen.decode(errors="replace")
         screen += chunk
-    # Only once ferry is blocked reading its terminal: a SIGINT that lands between the prompt's write and the read
-    # is flagged for Python and the read then waits for a line (no human types that fast; a test on a busy machine does).
+    # Only once ferry is blocked reading its terminal: a SIGINT that lands between the prompt's write and the
+    # read is flagged for Python and the read then waits for a line (no human types that fast; a test on a busy
+    # machine does).
     reading = f"{READ_SYSCALL[os.uname().machine]} 0x0 "  # read(0, ...): /proc/PID/syscall
     deadline = time.monotonic() + 60
     while not Path(f"/proc/{pid}/syscall").read_text().startswith(reading) and time.monotonic() < deadline:
