@@ -64,6 +64,10 @@ MAX_SINGLE_PUT = 5000 * MiB
 POOL_SIZE = 256
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _DIGEST_MISMATCH = {"Md5Mismatch", "Crc64Mismatch"}
+# Azure could not read the URL it was to copy from (a presigned URL it is refused, an endpoint it cannot reach).
+_NO_SOURCE = "CannotVerifyCopySource"
+# How the SDK's validate_content says an answer's Content-MD5 is not the MD5 of what was sent (a bare AzureError).
+_RECEIPT_MISMATCH = "MD5 mismatch"
 # Decoded block ids ferry stages: "<upload token>-<part number>"; number 0 is the upload's marker.
 _BLOCK_ID = re.compile(r"([0-9a-f]{16})-[0-9]{6}")
 _QUERY = re.compile(r"\?[^\s'\"]*")
@@ -111,6 +115,8 @@ def _translate(exc: AzureError, what: str) -> FerryError:
     if isinstance(exc, HttpResponseError):
         if not answered:  # the response body broke off mid-read
             return TransientError(message, code=code)
+        if code == _NO_SOURCE:  # whatever the status (403, 404, 409, 500): the route streams the part instead
+            return PermanentError(message, code=code)
         if code in _DIGEST_MISMATCH:
             return ChecksumMismatch(message)
         if exc.status_code in _TRANSIENT_STATUS:
@@ -118,6 +124,8 @@ def _translate(exc: AzureError, what: str) -> FerryError:
         return PermanentError(message, code=code)
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         return TransientError(message, code=code)
+    if str(exc.message).startswith(_RECEIPT_MISMATCH):
+        return ChecksumMismatch(message)
     return PermanentError(message, code=code)
 
 
@@ -336,8 +344,10 @@ class AzureBlobConnector(Connector):
             download = blob.download_blob()
             data = download.readall()
         info = self._info(key, download.properties)
+        # The SDK fetches what a short body left out, but takes that answer as it comes: still short, it is read
+        # again (the route tells a blob that changed since its listing apart).
         if len(data) != info.size:
-            raise PermanentError(f"{self.url}: {key}: got {len(data)} of {info.size} bytes (changed while copying?)")
+            raise TransientError(f"{self.url}: {key}: short read: {len(data)} of {info.size} bytes", code="ShortRead")
         return data, info
 
     def open_range(self, key: str, start: int, length: int) -> bytes:
@@ -347,7 +357,7 @@ class AzureBlobConnector(Connector):
         with self._errors(key):
             data = blob.download_blob(offset=start, length=length).readall()
         if len(data) != length:
-            raise PermanentError(f"{self.url}: {key}: got {len(data)} of {length} bytes (changed while copying?)")
+            raise TransientError(f"{self.url}: {key}: short read: {len(data)} of {length} bytes", code="ShortRead")
         return data
 
     # -- writing -------------------------------------------------------------------------------
@@ -399,8 +409,9 @@ class AzureBlobConnector(Connector):
     def complete(self, key: str, upload_id: str, parts: list[Part], spec: WriteSpec) -> ObjectInfo:
         blob = self._blob(key)
         blocks = [_block_id(upload_id, p.number) for p in parts]
+        # validate_content sends the block list's MD5 and checks the one Azure answers: the commit's only receipt.
         with self._errors(key):
-            receipt = blob.commit_block_list(blocks, **self._write_options(spec))
+            receipt = blob.commit_block_list(blocks, validate_content=True, **self._write_options(spec))
         size = sum(p.size for p in parts)
         return ObjectInfo(key=key, size=size, signature=receipt["etag"].strip('"'), checksum=spec.checksum)
 

@@ -108,9 +108,9 @@ class FsspecConnector(Connector):
     def open_range(self, key: str, start: int, length: int) -> bytes:
         data = self._call(f"{self.url}: {key}", self.fs.cat_file, self._full(key), start, start + length)
         if len(data) != length:
-            raise PermanentError(
-                f"{self.url}: {key}: short read: {len(data)} of {length} bytes (changed while copying?)"
-            )
+            # Read again, as from S3 and Azure: over a network a body can come short (the route tells an object that
+            # changed since its listing apart).
+            raise TransientError(f"{self.url}: {key}: short read: {len(data)} of {length} bytes", code="ShortRead")
         return data
 
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:

@@ -1,9 +1,10 @@
 """The digest map: what the images phase published, read by the manifests and go-live phases.
 
-The images phase writes `<state>/images/digests.json` when it commits (atomically: readers see the old
-map or the new one). Each record says which reference the source's manifests use, where that image
-now lives on the target registry, at which digest, and which CUDA toolkit it carries, so that the
-manifests phase pins images by digest and the go-live phase checks each toolkit against the driver.
+The images phase writes `<state>/images/<plan>/digests.json` when it commits (atomically: readers see
+the old map or the new one); one map per plan, so that plans sharing a state directory never pin each
+other's. Each record says which reference the source's manifests use, where that image now lives on
+the target registry, at which digest, and which CUDA toolkit it carries, so that the manifests phase
+pins images by digest and the go-live phase checks each toolkit against the driver.
 """
 
 from __future__ import annotations
@@ -42,25 +43,23 @@ def repository(reference: str) -> str:
     return name[:colon] if colon > slash else name
 
 
-def path(state_dir: Path) -> Path:
-    return state_dir / "images" / "digests.json"
+def path(state_dir: Path, plan: str) -> Path:
+    """Where plan's images phase publishes its map."""
+    return state_dir / "images" / plan / "digests.json"
 
 
-def read(state_dir: Path) -> dict[str, ImageRecord]:
-    """The published map by source reference; empty when the images phase has not committed."""
-    file = path(state_dir)
+def read(file: Path) -> dict[str, ImageRecord]:
+    """The map published at file by source reference; empty when the images phase has not committed."""
     if not file.exists():
         return {}
     records = json.loads(file.read_text(encoding="utf-8"))["images"]
     return {r["source"]: ImageRecord(**r) for r in records}
 
 
-def publish(state_dir: Path, records: list[ImageRecord]) -> Path:
-    """Replace the published map with records, atomically; returns its path."""
-    file = path(state_dir)
+def publish(file: Path, records: list[ImageRecord]) -> None:
+    """Replace the map published at file with records, atomically."""
     file.parent.mkdir(parents=True, exist_ok=True)
     staging = file.with_name(file.name + ".staging")
     body = {"images": [asdict(r) for r in sorted(records, key=lambda r: r.source)]}
     staging.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     os.replace(staging, file)
-    return file

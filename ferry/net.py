@@ -9,6 +9,7 @@ registries are spoken to without TLS.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 
 # (what the libraries say, in any case; the cause in words). The first that matches wins.
@@ -37,6 +38,19 @@ _CAUSES: list[tuple[tuple[str, ...], str]] = [
     (("connection reset", "econnreset", "errno 104"), "{where} reset the connection"),
     (("timed out", "i/o timeout", "timeout"), "{where} did not answer in time"),
 ]  # fmt: skip
+
+
+# What says another attempt may pass: a connection refused (the service restarting) or reset, an answer that stopped
+# or never came, 429 or a 5xx.
+_PASSING = re.compile(
+    r"connection refused|econnrefused|errno 111|connection reset|econnreset|errno 104|broken pipe|unexpected eof"
+    r"|timed out|timeout|too many requests|service unavailable|bad gateway|\b(?:429|50[0-4])\b"
+)
+
+
+def may_pass_again(said: object) -> bool:
+    """Whether a failure (an exception or what a tool printed) is one another attempt may not meet."""
+    return bool(_PASSING.search(_said(said)))
 
 
 def _said(cause: object) -> str:

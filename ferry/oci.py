@@ -163,7 +163,18 @@ class Registry:
         if status == 404:
             return None
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        media_type = headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        # What the registry says a manifest's digest is (Docker-Content-Digest) is not read: its bytes are hashed,
+        # and a manifest asked for by digest, or one that is not a JSON object, is refused here, not later.
+        said = f"{self.host}: GET /v2/{repository}/manifests/{ref}"
+        if ref.startswith("sha256:") and digest != ref:
+            raise RegistryError(f"{said}: the registry answered other bytes ({digest})")
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            fields = None
+        if not isinstance(fields, dict):
+            raise RegistryError(f"{said}: the answer is not a manifest (not a JSON object)")
+        media_type = headers.get("Content-Type", "").split(";")[0] or fields.get("mediaType", "")
         return Manifest(digest, media_type, body)
 
     def digest(self, repository: str, ref: str) -> str | None:
@@ -201,9 +212,15 @@ class Registry:
         return status != 404
 
     def blob(self, repository: str, digest: str) -> bytes:
+        """A blob's bytes, checked against its digest."""
         status, _, body = self._request("GET", f"{repository}/blobs/{digest}")
         if status == 404:
             raise RegistryError(f"{self.host}: blob {digest} of {repository} is missing")
+        found = "sha256:" + hashlib.sha256(body).hexdigest()
+        if digest.startswith("sha256:") and found != digest:
+            raise RegistryError(
+                f"{self.host}: blob {digest} of {repository}: the registry answered other bytes ({found})"
+            )
         return body
 
     def config(self, repository: str, ref: str, platform: str = "linux/amd64") -> dict[str, Any] | None:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
+from ferry.iam.model import published_bindings
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.runlog import RunLog
@@ -373,21 +375,22 @@ def test_images_rollback_deletes_only_the_tags_the_run_pushed(tmp_path) -> None:
         assert pushed == {**before, "ai/eval:1": before["other/eval:1"]}
 
         # A second plan in the same folder (so the same state directory) copies the image to a repository of its
-        # own and publishes its digest map over the first plan's.
+        # own: it publishes a map of its own, and the first plan's stays as that plan published it.
         plan_b = tmp_path / "plan-b.yaml"
         plan_b.write_text(plan.read_text().replace("images-blast", "images-b").replace(f"{tgt}/ai", f"{tgt}/b-ai"))
         phase_b = open_phase(load_plan(plan_b), "images")
         for step in phase_b.steps():
             phase_b.run(step, AuditFolder(tmp_path / ".ferry" / "runs" / "b1"), Reporter())
-        map_file = tmp_path / ".ferry" / "images" / "digests.json"
-        map_b = map_file.read_text()
-        assert f"{tgt}/b-ai/eval:1" in map_b
+        map_a, map_b = (digest_map.path(tmp_path / ".ferry", name) for name in ("images-blast", "images-b"))
+        published_b = map_b.read_text()
+        assert f"{tgt}/b-ai/eval:1" in published_b and f"{tgt}/b-ai/" not in map_a.read_text()
+        assert f"{tgt}/ai/eval:1" in map_a.read_text()
 
         undo = phase.rollback(audit.root)
         assert f"deleted {tgt}/ai/eval:1 ({before['other/eval:1']})" in undo.items, undo.items
-        assert f"leave {map_file}: it no longer holds the map run r1 published" in undo.items, undo.items
+        assert f"remove {map_a}" in undo.items and not map_a.exists(), undo.items
         assert registry_listing(tgt) == {**before, "b-ai/eval:1": before["other/eval:1"]}
-        assert map_file.read_text() == map_b
+        assert map_b.read_text() == published_b
     finally:
         source.stop()
         target.stop()
@@ -535,7 +538,7 @@ def test_golive_checkpoint_cleanup_removes_only_its_own_prefix(moto_env, tmp_pat
 # -- what a phase publishes in a state directory two plans share ----------------------------------------------
 
 
-def test_the_iam_rollback_leaves_the_bindings_another_plan_published_since(tmp_path) -> None:
+def test_plans_sharing_a_state_directory_publish_their_own_bindings_and_roll_back_only_theirs(tmp_path) -> None:
     from tests.flows.test_iam_phase import write_two_phase_plan
 
     text = write_two_phase_plan(tmp_path, "plan-a").read_text()
@@ -547,12 +550,23 @@ def test_the_iam_rollback_leaves_the_bindings_another_plan_published_since(tmp_p
     for name in ("plan-a", "plan-b"):
         for step in phases[name].steps():
             phases[name].run(step, audits[name], Reporter())
-    published = tmp_path / ".ferry" / "iam" / "rbac.yaml"
-    theirs = published.read_text()
-    assert "namespace: team-b" in theirs and "plan-b" in theirs
+    published = {name: published_bindings(tmp_path / ".ferry", name) for name in plans}
+    theirs = published["plan-b"].read_text()
+    assert "namespace: team-b" in theirs and "ml-training" not in theirs
+    assert published["plan-a"].read_text() == (audits["plan-a"].root / "iam" / "rbac.yaml").read_text()
 
-    # plan-a's rollback: what the file holds now is plan-b's publication, not plan-a's to take back.
-    undo = phases["plan-a"].rollback(audits["plan-a"].root)
-    assert published.read_text() == theirs, undo.text
-    assert phases["plan-b"].rollback(audits["plan-b"].root).failed == 0
-    assert published.read_text() == (audits["plan-a"].root / "iam" / "rbac.yaml").read_text()  # plan-b's previous
+    # plan-a's rollback removes plan-a's bindings (it replaced none) and leaves plan-b's as they are.
+    assert phases["plan-a"].rollback(audits["plan-a"].root).failed == 0
+    assert not published["plan-a"].exists() and published["plan-b"].read_text() == theirs
+
+    # A later run of plan-b publishes over its first: rolling the first back leaves the later one's bindings.
+    plans["plan-b"].write_text(plans["plan-b"].read_text().replace("team-b", "team-b2"))
+    later = AuditFolder(tmp_path / ".ferry" / "runs" / "plan-b-r2")
+    phase = open_phase(load_plan(plans["plan-b"]), "iam")
+    for step in phase.steps():
+        phase.run(step, later, Reporter())
+    newer = published["plan-b"].read_text()
+    assert "namespace: team-b2" in newer
+    undo = phases["plan-b"].rollback(audits["plan-b"].root)
+    assert undo.items == [f"leave {published['plan-b']}: it no longer holds the bindings run plan-b-r1 published"]
+    assert published["plan-b"].read_text() == newer

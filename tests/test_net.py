@@ -16,7 +16,7 @@ from checks.preflight import check_registry
 from connectors.base import WriteSpec
 from connectors.registry import open_connector
 from ferry.errors import PermanentError, TransientError
-from ferry.net import plain_http
+from ferry.net import may_pass_again, plain_http
 from ferry.oci import Registry, RegistryError
 from ferry.phases.images import _run_tool
 from ferry.profiles import Profile
@@ -61,6 +61,31 @@ def test_tls_to_a_plain_http_registry_says_so_and_the_setting(registry: Server) 
         _run_tool(["skopeo", "inspect", "--tls-verify=true", f"docker://127.0.0.1:{registry.port}/ml/x:1"], "copy x")
     said = str(caught.value)
     assert said.startswith(f"copy x: 127.0.0.1:{registry.port} {PLAIN}") and "; skopeo exited 1: " in said
+
+
+# The fatal lines skopeo and buildah print (and Python's errors): another attempt may pass, or it will not.
+FATAL_LINES = [
+    ('msg="writing manifest: uploading manifest 2 to 10.0.0.7:5000/ai: received unexpected HTTP status: 503 '
+     'Service Unavailable"', True),
+    ('msg="writing blob: uploading layer chunked: received unexpected HTTP status: 502 Bad Gateway"', True),
+    ('msg="reading manifest 1 in registry.corp/ml/x: toomanyrequests: too many requests"', True),
+    ('msg="pinging container registry 10.0.0.7:5000: Get \\"http://10.0.0.7:5000/v2/\\": read tcp 10.0.0.1:1->'
+     '10.0.0.7:5000: read: connection reset by peer"', True),
+    ('msg="... dial tcp 10.0.0.7:5000: connect: connection refused"', True),
+    ('msg="... net/http: TLS handshake timeout"', True),
+    ("[Errno 104] Connection reset by peer", True),
+    ('msg="reading manifest 1 in 10.0.0.7:5000/ml/x: manifest unknown"', False),
+    ('msg="... http: server gave HTTP response to HTTPS client"', False),
+    ('msg="... x509: certificate signed by unknown authority"', False),
+    ('msg="writing manifest: uploading manifest 1 to 10.0.0.7:5000/ai: unauthorized: authentication required"', False),
+    ('msg="copying config sha256:503abc0e52dfb5 to 10.0.0.7:5003/ai: denied: requested access to the resource is '
+     'denied"', False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "again"), FATAL_LINES)
+def test_which_failures_another_attempt_may_pass(line: str, again: bool) -> None:
+    assert may_pass_again(line) is again
 
 
 def test_a_loopback_registry_passes_preflight_over_plain_http(registry: Server) -> None:

@@ -23,6 +23,8 @@ from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, PermanentError, TransientError
 
 log = structlog.get_logger("ferry.transfer")
+# What a target answers when it cannot copy a part from a URL: it never can (501), or not from this source.
+_NO_URL_PULL = {"NotImplemented", "CannotVerifyCopySource"}
 
 
 @dataclass(eq=False)
@@ -136,9 +138,10 @@ class Route:
                 self.stats.add(bytes_url_pulled=length)
                 return part
             except PermanentError as exc:
-                if exc.code != "NotImplemented":
+                if exc.code not in _NO_URL_PULL:
                     raise
-                # Azurite (and some gateways) answer 501 to Put Block From URL: stream instead.
+                # The target cannot pull (Azurite and some gateways answer 501 to Put Block From URL) or cannot read
+                # this source's URLs (Azure refused by the source, or not reaching it): stream instead.
                 if self._url_ok:
                     self._url_ok = False
                     self.stats.url_copy = f"unsupported by the target ({exc.code}): streamed instead"

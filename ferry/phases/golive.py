@@ -253,12 +253,13 @@ class GolivePhase(Phase):
         return False
 
     def _fingerprint(self, audit: AuditFolder, reporter: Reporter) -> dict:
-        images = {r.target: r.cuda for r in digest_map.read(self.loaded.state_dir).values()}
+        published = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
+        images = {r.target: r.cuda for r in digest_map.read(published).values()}
         gpu = self._gpu() if self.settings.gpu_probe else {"status": "SKIP", "reason": "gpu_probe: false"}
         driver, driver_source = self._driver()
         return {
             "images": images,
-            "images_source": str(digest_map.path(self.loaded.state_dir)),
+            "images_source": str(published),
             "driver": driver,
             "driver_source": driver_source,
             "gpu": gpu,

@@ -1,7 +1,7 @@
 """The iam phase: map the source principals to the target's roles, render the RoleBindings, gate them.
 
-The phase publishes the bindings to `<state>/iam/rbac.yaml` (the manifests phase applies them with
-the workloads) and keeps what it replaced in the run's audit folder, so rolling the phase back
+The phase publishes the bindings to `<state>/iam/<plan>/rbac.yaml` (the plan's manifests phase applies
+them with the workloads) and keeps what it replaced in the run's audit folder, so rolling the phase back
 puts the previous bindings back exactly.
 """
 
@@ -31,7 +31,7 @@ from checks.iam import (
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS
-from ferry.iam.model import Level, Mapping, render_rbac
+from ferry.iam.model import Level, Mapping, published_bindings, render_rbac
 from ferry.iam.sources import read_sources
 from ferry.interrupts import failpoint
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
@@ -138,7 +138,7 @@ class IamPhase(Phase):
 
     def published(self) -> Path:
         """Where the phase publishes the bindings for the cluster."""
-        return self.loaded.state_dir / "iam" / "rbac.yaml"
+        return published_bindings(self.loaded.state_dir, self.loaded.plan.name)
 
     def inputs(self) -> dict[str, Any]:
         sources = self.loaded.plan.source.iam
@@ -250,12 +250,13 @@ class IamPhase(Phase):
             return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
         if not (folder / "published.json").exists():
             return Undo(f"nothing to undo: run {audit_root.name} published no bindings")
-        previous, target = folder / "previous-rbac.yaml", self.published()
+        previous = folder / "previous-rbac.yaml"
+        target = Path(json.loads((folder / "published.json").read_text(encoding="utf-8"))["path"])
         ours = folder / "rbac.yaml"
         if ours.exists() and (target.read_text(encoding="utf-8") if target.exists() else None) != ours.read_text(
             encoding="utf-8"
         ):
-            # Published over since (another plan sharing this state directory, a later run): not this run's to undo.
+            # Published over since (by a later run): not this run's to undo.
             item = f"leave {target}: it no longer holds the bindings run {audit_root.name} published"
             if not dry_run:
                 done_file.write_text(json.dumps({"done": item}) + "\n", encoding="utf-8")

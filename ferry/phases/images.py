@@ -38,10 +38,10 @@ from checks.images import (
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.digest_map import ImageRecord
-from ferry.errors import FerryError, PermanentError, UsageError
+from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.images import Rebased, content_hash, cuda_version, match_tags, normalise, read_dockerfile, rebase
 from ferry.interrupts import failpoint, one_by_one
-from ferry.net import plain_http, registry_failure
+from ferry.net import may_pass_again, plain_http, registry_failure
 from ferry.oci import RETRIES, Manifest, Reference, Registry, RegistryError
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import BaseImageRule, FilePath, LoadedPlan, Plan
@@ -170,7 +170,8 @@ def _ecr_login(region: str, auth: RegistryAuth | None) -> tuple[str, str]:
 
 
 def _run_tool(argv: list[str], what: str) -> str:
-    """Run a build or copy tool; its stdout, or PermanentError with the last lines it printed."""
+    """Run a build or copy tool; its stdout, or with the last lines it printed a TransientError where its fatal line
+    may not recur (a reset, a refused connection, 429, 5xx), else a PermanentError."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False)
     except FileNotFoundError:
@@ -178,11 +179,15 @@ def _run_tool(argv: list[str], what: str) -> str:
     except subprocess.TimeoutExpired:
         raise PermanentError(f"{what}: {argv[0]} ran past {_TOOL_TIMEOUT_S} s") from None
     if done.returncode != 0:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        # The tools name the registry they failed at in the URL they asked ("https://host/v2/").
+        lines = done.stderr.strip().splitlines()
+        tail = " | ".join(lines[-3:])
+        # The tools name the registry they failed at in the URL they asked ("https://host/v2/"). The cause is the
+        # last line's: the lines before may be attempts that failed otherwise and were retried.
         host = re.search(r"https?://([^/\"'\s]+)/v2/", done.stderr)
-        cause = registry_failure(done.stderr, host.group(1) if host else "the registry")
-        raise PermanentError(f"{what}: {cause + '; ' if cause else ''}{argv[0]} exited {done.returncode}: {tail}")
+        fatal = lines[-1] if lines else ""
+        cause = registry_failure(fatal, host.group(1) if host else "the registry")
+        error = TransientError if may_pass_again(fatal) else PermanentError
+        raise error(f"{what}: {cause + '; ' if cause else ''}{argv[0]} exited {done.returncode}: {tail}")
     return done.stdout
 
 
@@ -201,6 +206,8 @@ class _Journal:
         self.data: dict[str, list[dict[str, Any]]] = {
             key: [] for key in ("pushed", "records", "failed", "skipped", "unmapped")
         }
+        if self._file.exists():  # the step again in the same run (a task retry): what it pushed stays undoable
+            self.data["pushed"] = json.loads(self._file.read_text(encoding="utf-8"))["pushed"]
 
     def add(self, key: str, entry: dict[str, Any]) -> None:
         with self._lock:
@@ -286,7 +293,9 @@ class ImagesPhase(Phase):
             if host not in self._registries:
                 username, password = self._credentials(host)
                 self._registries[host] = Registry(
-                    host, insecure=plain_http(host, self.settings.insecure_registries), username=username,
+                    host,
+                    insecure=plain_http(host, self.settings.insecure_registries),
+                    username=username,
                     password=password,
                 )
             return self._registries[host]
@@ -363,18 +372,22 @@ class ImagesPhase(Phase):
             else:
                 self._copy_one(item, audit, journal, authfile, reporter.stopping)
 
+        lasting = False  # a failure another run would meet again
         with self._authfile() as authfile, ThreadPoolExecutor(max_workers=self.settings.parallel) as pool:
             futures = {pool.submit(one, item, authfile): name for name, item in work}
             for future, name in futures.items():
                 try:
                     future.result()
                 except (FerryError, OSError) as exc:
+                    lasting = lasting or not isinstance(exc, TransientError)
                     journal.add("failed", {"image": name, "error": str(exc)})
                     log.error("image failed", image=name, error=str(exc))
         data = journal.data
         if data["failed"]:
             failed = "; ".join(f"{f['image']}: {f['error']}" for f in data["failed"])
-            raise PermanentError(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
+            # Only transient failures: Prefect's task retries (the plan's `retries`) run the step again.
+            error = PermanentError if lasting else TransientError
+            raise error(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
         if reporter.stopping.is_set():
             return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), "interrupted": True}
         published = self._publish(audit)
@@ -610,15 +623,24 @@ class ImagesPhase(Phase):
             return
         previous = self._previous(target)
         src_tls, dst_tls = str(self._tls(source)).lower(), str(self._tls(target)).lower()
-        _run_tool(
-            ["skopeo", "copy", "--all", "--preserve-digests", "--retry-times", str(RETRIES)]
-            + [f"--src-tls-verify={src_tls}", f"--dest-tls-verify={dst_tls}", *authfile]
-            + [f"docker://{source}", f"docker://{target}"],
-            f"copy {copy['name']}",
-        )
+        argv = ["skopeo", "copy", "--all", "--preserve-digests", "--retry-times", str(RETRIES)]
+        argv += [f"--src-tls-verify={src_tls}", f"--dest-tls-verify={dst_tls}", *authfile]
+        # skopeo retries some requests itself, not a 5xx or reset where an upload starts or a manifest is put; a
+        # copy again skips the blobs that arrived.
+        for attempt in range(RETRIES + 1):
+            try:
+                _run_tool([*argv, f"docker://{source}", f"docker://{target}"], f"copy {copy['name']}")
+                break
+            except TransientError as exc:
+                if attempt == RETRIES or stopping.is_set():
+                    raise
+                log.warning("image copy failed, trying again", image=copy["name"], attempt=attempt + 1, error=str(exc))
+                stopping.wait(min(2.0 * 2**attempt, 30.0))
         failpoint("images:pushed", stopping)  # the tag is pushed and not yet journalled: the narrowest window
         self._journal_push(journal, target, source_digest, previous)
         landed = self._digest(target)
+        if landed is None:
+            raise PermanentError(f"{target} is not on the target after the copy (the registry acknowledged the push)")
         if landed != source_digest:
             raise PermanentError(f"the copy's digest changed ({source_digest} became {landed})")
         self._record(journal, source, target, source_digest, "copied", None)
@@ -663,11 +685,11 @@ class ImagesPhase(Phase):
     def _publish(self, audit: AuditFolder) -> dict[str, bool | int]:
         """Publish the digest map (keeping the one it replaces for rollback); a copy goes to the audit folder."""
         records = self.records(audit.root)
-        published = digest_map.path(self.loaded.state_dir)
+        published = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
         previous = published.read_text(encoding="utf-8") if published.exists() else None
         if previous is not None:
             audit.write_text("images", "previous-digests.json", previous)
-        digest_map.publish(self.loaded.state_dir, records)
+        digest_map.publish(published, records)
         audit.write_json("images", "published.json", {"path": str(published)})
         text = published.read_text(encoding="utf-8")
         audit.write_text("images", "digests.json", text)
@@ -727,17 +749,17 @@ class ImagesPhase(Phase):
     def _undo_publish(self, folder: Path, dry_run: bool) -> list[str]:
         if not (folder / "published.json").exists():
             return []
-        published = digest_map.path(self.loaded.state_dir)
+        published = Path(json.loads((folder / "published.json").read_text(encoding="utf-8"))["path"])
         ours = folder / "digests.json"
         live = published.read_text(encoding="utf-8") if published.exists() else None
         if ours.exists() and live != ours.read_text(encoding="utf-8"):
-            # Published over since (another plan sharing this state directory, a later run): not this run's to undo.
+            # Published over since (by a later run): not this run's to undo.
             return [f"leave {published}: it no longer holds the map run {folder.parent.name} published"]
         previous = folder / "previous-digests.json"
         if previous.exists():
             if not dry_run:
                 records = json.loads(previous.read_text(encoding="utf-8"))["images"]
-                digest_map.publish(self.loaded.state_dir, [ImageRecord(**r) for r in records])
+                digest_map.publish(published, [ImageRecord(**r) for r in records])
             return [f"restore {published} from {previous}"]
         if not dry_run:
             published.unlink(missing_ok=True)

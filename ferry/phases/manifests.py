@@ -35,6 +35,7 @@ from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.golive import kube
+from ferry.iam.model import published_bindings
 from ferry.interrupts import failpoint, one_by_one
 from ferry.manifests import (
     MANAGED_BY_LABEL,
@@ -245,7 +246,7 @@ class ManifestsPhase(Phase):
         }
 
     def inputs(self) -> dict[str, Any]:
-        digests = digest_map.path(self.loaded.state_dir)
+        digests = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
         return {
             "sources": {
                 str(path): hashlib.sha256(path.read_bytes()).hexdigest()
@@ -271,7 +272,7 @@ class ManifestsPhase(Phase):
         return Rules(
             plan=plan.name,
             images=self.images(),
-            digests=digest_map.read(self.loaded.state_dir),
+            digests=digest_map.read(digest_map.path(self.loaded.state_dir, plan.name)),
             pod_annotations=dict(target.pod_annotations),
             gpu_resource=target.gpu_resource,
             rdma_resource=target.rdma_resource,
@@ -357,7 +358,7 @@ class ManifestsPhase(Phase):
         assert target is not None
         # A v1 List, a kustomization and an object without a name are reported (findings), not applied.
         found = [doc.plain() for doc in rendering.documents if doc.applicable]
-        published = self.loaded.state_dir / "iam" / "rbac.yaml"
+        published = published_bindings(self.loaded.state_dir, self.loaded.plan.name)
         if published.exists():
             for binding in yaml.safe_load_all(published.read_text(encoding="utf-8")):
                 if binding:

@@ -17,6 +17,8 @@ import shutil
 import signal
 from pathlib import Path
 
+from ferry import digest_map
+from ferry.iam.model import published_bindings
 from ferry.oci import Reference, Registry
 from tests.support import Watched, buildah, busybox_image, run_ferry, start_registry
 
@@ -102,9 +104,7 @@ def setup(root: Path, moto_env, emulator, bucket: str) -> tuple[Path, dict]:
     (root / "src" / "model.pt").write_bytes(hashlib.sha256(b"model").digest() * (3 << 15))  # 3 MiB: 12 parts
     moto_env.client("s3").create_bucket(Bucket=bucket)
     plan = root / "migration.yaml"
-    plan.write_text(
-        PLAN.format(src=source.port, tgt=target.port, bucket=bucket, endpoint=moto_env.endpoint, ns=NS)
-    )
+    plan.write_text(PLAN.format(src=source.port, tgt=target.port, bucket=bucket, endpoint=moto_env.endpoint, ns=NS))
     hosts = {"source": f"127.0.0.1:{source.port}", "target": f"127.0.0.1:{target.port}"}
     return plan, {"servers": (source, target), "bucket": bucket, "registries": hosts}
 
@@ -129,18 +129,16 @@ def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
 
     # The images were built for each setup (their digests differ between setups); within one, each copy holds
     # its source's digest, on both registries.
-    digests = json.loads((state / "images" / "digests.json").read_text())
+    digests = json.loads(digest_map.path(state, "crash").read_text())
     for record in digests["images"]:
         for ref in (record["source"], record["target"]):
             parsed = Reference.parse(ref)
             assert Registry(parsed.host, insecure=True).digest(parsed.repository, parsed.ref) == record["digest"], ref
     bundle = sorted((state / "runs").glob("*/manifests/bundle.yaml"))[-1]  # what the newest run rendered
-    cluster = sorted(
-        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in emulator.objects()
-    )
+    cluster = sorted((o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in emulator.objects())
     return {
         "objects": objects,
-        "bindings": mask((state / "iam" / "rbac.yaml").read_text()),
+        "bindings": mask(published_bindings(state, "crash").read_text()),
         "digest map": json.loads(mask(json.dumps(digests, sort_keys=True))),
         "rendered": mask(bundle.read_text()),
         "cluster": cluster,

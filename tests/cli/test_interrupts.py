@@ -11,12 +11,14 @@ import json
 import os
 import select
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ferry.iam.model import published_bindings
 from ferry.runlog import RunLog
 from tests.faults.proxy import FaultProxy
 from tests.support import Watched, run_ferry
@@ -260,7 +262,7 @@ def iam_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
     from tests.flows.test_iam_phase import write_two_phase_plan
 
     plan = write_two_phase_plan(root, name)
-    published = root / ".ferry" / "iam" / "rbac.yaml"
+    published = published_bindings(root / ".ferry", name)
 
     def kept() -> None:
         assert "ferry-compute-admin" in published.read_text()
@@ -312,7 +314,7 @@ def golive_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
     )
 
     def kept() -> None:  # go-live keeps nothing: an interrupted measurement still cleans up after itself
-        assert not [p for p in (root / "dst").rglob("*") if p.is_file()]
+        assert not [p for p in (root / "dst" / "golive").rglob("*") if p.is_file()]
 
     return plan, kept
 
@@ -415,3 +417,46 @@ def test_ctrl_c_at_the_rollback_prompt_on_a_terminal_changes_nothing(prefect_api
     assert "ferry: interrupted at the prompt; nothing was changed" in text and "Traceback" not in text
     assert text.count("  delete ") == 20 and f"... and {2 * SMALL - 20} more ({2 * SMALL} in all: " in text
     assert keys(moto_env, "prompt") == source_keys(tmp_path)
+
+
+# A cancel from the Prefect UI at a sample of the windows (data_sync's: tests/cli/test_pipeline_commands.py).
+CANCELLED = [("images", "inside"), ("golive", "gate")]
+
+
+@pytest.mark.parametrize(("phase", "window"), CANCELLED, ids=[f"{p}-{w}" for p, w in CANCELLED])
+def test_a_cancel_from_the_ui_keeps_what_the_phase_changed(prefect_api, ends, tmp_path, phase, window) -> None:
+    """A served run cancelled through the API, as the UI's Cancel button does, while it waits at the window."""
+    from prefect.client.orchestration import get_client
+
+    from tests.cli.test_pipeline_commands import cancelled, wait_for_deployment
+    from tests.support import FERRY
+
+    point = INSIDE[phase] if window == "inside" else f"{phase}:{window}"
+    name = f"{phase}-cancelled"
+    plan, kept = PLANS[phase](tmp_path, name, ends)
+    plan.write_text(plan.read_text() + "schedule: '0 0 1 1 *'\n")
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+           "FERRY_FAILPOINTS": point}  # fmt: skip
+    served = tmp_path / "serve.log"
+    with served.open("w") as log:
+        serve = subprocess.Popen([FERRY, "serve", str(plan)], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            deployment = wait_for_deployment(f"migrate/{name}")
+            assert deployment is not None, served.read_text()[-3000:]
+            with get_client(sync_client=True) as client:
+                flow_run = client.create_flow_run_from_deployment(deployment.id)
+            deadline = time.monotonic() + 180
+            while f"ferry failpoint: {point}" not in served.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert f"ferry failpoint: {point}" in served.read_text(), served.read_text()[-3000:]
+            final = cancelled(flow_run.id)
+            assert final is not None and final.state.is_cancelled(), (final, served.read_text()[-3000:])
+        finally:
+            serve.send_signal(signal.SIGINT)
+            serve.wait(timeout=30)
+    text = served.read_text()
+    assert "Traceback" not in text.split(f"ferry failpoint: {point}")[1], text[-3000:]
+    assert "rolling back" not in text and "rolled back the" not in text, text[-3000:]
+    kept()
+    assert phase_record(tmp_path, name, phase).status == "interrupted", text[-3000:]

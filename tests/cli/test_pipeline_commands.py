@@ -40,6 +40,24 @@ def wait_for_deployment(name: str):
     return None
 
 
+def cancelled(flow_run_id):
+    """Cancel a flow run as the UI's Cancel button does; the run once its state is final (None after 120 s)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        with get_client(sync_client=True) as client:
+            (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        if run.state is not None and run.state.is_final():
+            return run
+    return None
+
+
 def slow_copy_plan(root: Path, name: str, moto_env, extra: str = "") -> Path:
     """A plan copying a small object, then a 24 MiB one in 96 parts at 4 MB/s, to a fresh moto bucket `name`."""
     (root / "src" / "a").mkdir(parents=True)
@@ -287,8 +305,6 @@ def test_plan_show_exits_1_when_a_preflight_check_fails(tmp_path) -> None:
 def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp_path) -> None:
     """A served run cancelled through the API (as the UI's Cancel button does) keeps what it copied."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.states import Cancelling
 
     from ferry.runlog import RunLog
 
@@ -305,14 +321,7 @@ def test_a_cancel_from_the_prefect_ui_is_an_interrupt(prefect_api, moto_env, tmp
         while parts_recorded(tmp_path / ".ferry" / "state") < 10 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert parts_recorded(tmp_path / ".ferry" / "state") >= 10, (tmp_path / "serve.log").read_text()[-3000:]
-        with get_client(sync_client=True) as client:
-            client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
-        deadline, final = time.monotonic() + 120, None
-        while final is None and time.monotonic() < deadline:
-            time.sleep(1)
-            with get_client(sync_client=True) as client:
-                (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
-            final = run if run.state is not None and run.state.is_final() else None
+        final = cancelled(flow_run.id)
         assert final is not None and final.state.is_cancelled(), final
     finally:
         serve.send_signal(signal.SIGINT)

@@ -8,10 +8,13 @@ Per request, seeded so that a failure replays:
 - once, at request `outage_at`: the endpoint goes away for `outage_s` (the listener closed: connections are
   refused; connections already open are reset), then comes back on the same port;
 - a store that lies, on requests whose path contains `lie_path`: `checksum` (the checksum and ETag it reports are
-  rewritten), `short` (a body cut short with a Content-Length that agrees), `drop` (a write answered 200 with the
-  ETag the body would have, and not stored), `lost` (the store does the work, its answer is lost: a reset).
+  rewritten), `short` (a body cut short with a Content-Length that agrees), `drop` (a write answered `drop_status` with
+  the ETag the body would have, and not stored), `lost` (the store does the work, its answer is lost: a reset),
+  `reserialise` (a JSON document PUT is stored re-serialised: the same document, other bytes, another digest; its
+  answer is the store's own);
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
-`unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped.
+`unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
+with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource.
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
 bytes included).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import random
 import socket
 import struct
@@ -34,6 +38,11 @@ DENIED = (
 SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
+)
+# Azure's answer to a copy from a URL it could not read (a presigned URL refused to it).
+CANNOT_VERIFY = (
+    b'<?xml version="1.0" encoding="utf-8"?><Error><Code>CannotVerifyCopySource</Code><Message>Forbidden</Message>'
+    b"<CopySourceStatusCode>403</CopySourceStatusCode></Error>"
 )
 KINDS = ("reset", "truncate", "stall", "503")
 # The headers a store reports an object's checksum in: S3's, Azure's, a registry's.
@@ -65,6 +74,8 @@ class FaultProxy:
         lie: str | None = None,
         lie_path: str = "",
         lie_times: int = 1_000_000,
+        drop_status: int = 200,
+        no_copy_source: bool = False,
         every: int = 0,
         retry_after: str = "0",
         deny: str | None = None,
@@ -72,17 +83,18 @@ class FaultProxy:
         corrupt_times: int = 1,
         unavailable: str | None = None,
     ):
-        assert set(kinds) <= set(KINDS) and lie in (None, "checksum", "short", "drop", "lost")
+        assert set(kinds) <= set(KINDS) and lie in (None, "checksum", "short", "drop", "lost", "reserialise")
         self.upstream_port = upstream_port
         self.rate, self.kinds, self.stall_s = rate, kinds, stall_s
         self.outage_at, self.outage_s = outage_at, outage_s
-        self.lie, self.lie_path, self.lies_left = lie, lie_path, lie_times
+        self.lie, self.lie_path, self.lies_left, self.drop_status = lie, lie_path, lie_times, drop_status
         self.every = every
         self.deny = deny
         self.corrupt = corrupt
         self.corrupt_left = corrupt_times
         self.corrupted = 0
         self.unavailable = unavailable
+        self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
         self.refused = 0
         self.retry_after = retry_after
         self.requests = 0
@@ -151,6 +163,8 @@ class FaultProxy:
             lie = bool(self.lie and self.lie_path in path and self.lies_left > 0)
             if lie and self.lie == "drop" and command not in _WRITES:
                 lie = False
+            if lie and self.lie == "reserialise" and command != "PUT":
+                lie = False
             if lie:
                 self.lies_left -= 1
                 self.lies += 1
@@ -208,9 +222,18 @@ class FaultProxy:
                         proxy.refused += 1
                     self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
                     return
+                if proxy.no_copy_source and self.headers.get("x-ms-copy-source"):
+                    with proxy._lock:
+                        proxy.copy_sources_refused += 1
+                    self._error(403, CANNOT_VERIFY, {"x-ms-error-code": "CannotVerifyCopySource"})
+                    return
                 if lie and proxy.lie == "drop":
                     self._dropped(body)
                     return
+                if lie and proxy.lie == "reserialise" and body:
+                    body = json.dumps(json.loads(body), indent=1).encode()
+                    del self.headers["Content-Length"]
+                    self.headers["Content-Length"] = str(len(body))
                 if proxy.corrupt and proxy.corrupt in self.path and self.command == "PUT" and body:
                     with proxy._lock:
                         flip = proxy.corrupt_left > 0
@@ -257,8 +280,9 @@ class FaultProxy:
                 self.wfile.write(payload)
 
             def _dropped(self, body: bytes) -> None:
-                """200 to a write, with the ETag the body would have had, and nothing stored."""
-                self.send_response(200)
+                """drop_status (200; Azure's and a registry's writes answer 201) to a write, with the ETag the body
+                would have had, and nothing stored."""
+                self.send_response(proxy.drop_status)
                 self.send_header("ETag", f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"')
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -2,8 +2,10 @@
 503 SlowDown, at 5% and 20% of requests (seeded: a failure replays), and the endpoint taken away for 30 s once.
 
 Each sync finishes, or fails loudly and the next run finishes it, with every object verified against the source
-(read straight from the store, not through the proxy), nothing duplicated and no upload left open. The figures
-(faults, retries, bytes sent against the fault-free run, time) are printed (`pytest -s`) for the note.
+(read straight from the store, not through the proxy), nothing duplicated and no upload left open. The images
+phase between two real registries likewise: every image arrives whole with its digest, or the phase fails loudly
+(one line) and a later run finishes; and a target registry that lies is caught, not recorded. The figures
+(faults, retries, bytes sent against the fault-free run, runs, time) are printed (`pytest -s`) for the note.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,8 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from connectors.transfer import TransferSettings
+from ferry.errors import FerryError
+from ferry.oci import Registry
 from ferry.profiles import Profile
 from ferry.sync import run_sync
 from tests.faults.proxy import FaultProxy
@@ -83,8 +88,9 @@ class Store:
             keys = [o["Key"] for p in client.get_paginator("list_objects_v2").paginate(Bucket=place, Prefix="p/")
                     for o in p.get("Contents", [])]  # fmt: skip
             return {
-                k[2:]: hashlib.md5(client.get_object(Bucket=place, Key=k)["Body"].read(), usedforsecurity=False)
-                .hexdigest()
+                k[2:]: hashlib.md5(
+                    client.get_object(Bucket=place, Key=k)["Body"].read(), usedforsecurity=False
+                ).hexdigest()
                 for k in keys
             }
         container = self._service().get_container_client(place)
@@ -129,6 +135,11 @@ def figures(label: str, proxy: FaultProxy, results, seconds: float, baseline: di
     if baseline:
         out["resent_bytes"] = proxy.body_bytes - baseline["body_bytes"]
         out["time_vs_fault_free"] = round(seconds / max(baseline["seconds"], 0.01), 2)
+    return report(out)
+
+
+def report(out: dict) -> dict:
+    """Print a case's figures (and append them to $FERRY_FAULT_FIGURES when set)."""
     print("FAULT-FIGURES " + json.dumps(out))
     path = os.environ.get("FERRY_FAULT_FIGURES")
     if path:
@@ -173,48 +184,176 @@ def test_the_endpoint_away_for_30_s_is_ridden_out(store: Store, tmp_path: Path) 
     assert store.held(place) == sums
 
 
-def test_image_copies_through_a_faulty_registry_arrive_with_their_digests(tmp_path: Path) -> None:
-    """skopeo (--retry-times) and ferry's registry client (its own retries) between two real registries, the
-    target's requests reset, truncated or throttled at 5%: every image arrives with its digest, or the
-    phase fails loudly and the next run finishes it."""
-    from ferry.audit import AuditFolder
-    from ferry.errors import FerryError
-    from ferry.oci import Registry
-    from ferry.phases.base import Reporter, open_phase
-    from ferry.plan import load_plan
+# The images copied registry to registry: distinct manifests and configs over one shared layer.
+IMAGES = 6
+TAGS = [str(i) for i in range(IMAGES)]
+# skopeo sets no read timeout (measured: it waited out two 70 s stalls, 140 s) and ferry's registry client waits
+# 30 s, so a stalled answer is waited on until the proxy resets it: a short stall is a late reset after the registry
+# did the work. An answer held for ever would hold skopeo until the phase's tool timeout (an hour).
+REGISTRY_STALL_S = 1.0
+RUNS = 8
+
+
+@pytest.fixture(scope="module")
+def source_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A registry holding ml/tool:0..IMAGES-1, each its own image (its config differs)."""
     from tests.support import buildah, busybox_image, start_registry
 
-    source, target = start_registry(), start_registry()
+    work = tmp_path_factory.mktemp("buildah")
+    source = start_registry()
     try:
-        busybox_image(tmp_path / "buildah", "tool", "amd64", [])
-        src = f"127.0.0.1:{source.port}"
-        tags = [f"ml/tool:{i}" for i in range(4)]
-        for tag in tags:
-            buildah(tmp_path / "buildah", "push", "--tls-verify=false", "tool", f"docker://{src}/{tag}")
-        with FaultProxy(target.port, rate=0.05, seed=7, kinds=("reset", "truncate", "503")) as proxy:
-            (tmp_path / "src").mkdir()
-            plan = tmp_path / "migration.yaml"
-            plan.write_text(
-                f"name: faulty-registry\nsource: {{storage: ./src, registry: {src}/ml}}\n"
-                f"target: {{storage: ./dst, registry: 127.0.0.1:{proxy.port}/ai}}\n"
-                'phases:\n  images: {copy: ["tool:*"], parallel: 2}\n'
-            )
-            failures, runs, done = [], 0, False
-            for runs in range(1, 4):
-                phase = open_phase(load_plan(plan), "images")
-                try:
-                    phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / f"r{runs}"), Reporter())
-                    done = True
-                    break
-                except FerryError as exc:  # a loud failure, resumed by the next run
-                    failures.append(str(exc))
-            print("FAULT-FIGURES " + json.dumps({"case": "registry 5%", "requests": proxy.requests,
-                                                 "faults": dict(proxy.faults), "runs": runs, "failed": failures}))
-        assert sum(proxy.faults.values()) > 0 and done, failures
-        for i in range(4):
-            assert Registry(f"127.0.0.1:{target.port}", insecure=True).digest("ai/tool", str(i)) == Registry(
-                src, insecure=True
-            ).digest("ml/tool", str(i))
+        for tag in TAGS:
+            busybox_image(work, f"tool{tag}", "amd64", [f"VARIANT={tag}"])
+            buildah(work, "push", "--tls-verify=false", f"tool{tag}", f"docker://127.0.0.1:{source.port}/ml/tool:{tag}")
+        yield source
     finally:
         source.stop()
+
+
+def images_plan(root: Path, source: Server, proxy: FaultProxy, parallel: int) -> Path:
+    """A plan copying ml/tool:* from source to ai/ on the registry behind proxy, parallel at a time."""
+    (root / "src").mkdir()
+    plan = root / "migration.yaml"
+    plan.write_text(
+        f"name: faulty-registry\nsource: {{storage: ./src, registry: 127.0.0.1:{source.port}/ml}}\n"
+        f"target: {{storage: ./dst, registry: 127.0.0.1:{proxy.port}/ai}}\n"
+        f'phases:\n  images: {{copy: ["tool:*"], parallel: {parallel}}}\n'
+    )
+    return plan
+
+
+def copy_images(plan: Path, between: Callable[[], None]) -> tuple[list[str], int, bool, float]:
+    """The images phase run until it finishes, at most RUNS times, `between` called after each failed run (a pause
+    as an operator's or Prefect's retry delay, the registry mended); (each failed run's error, runs, finished,
+    seconds)."""
+    from ferry.audit import AuditFolder
+    from ferry.phases.base import Reporter, open_phase
+    from ferry.plan import load_plan
+
+    failures: list[str] = []
+    started = time.monotonic()
+    for runs in range(1, RUNS + 1):
+        phase = open_phase(load_plan(plan), "images")
+        try:
+            phase.run("run", AuditFolder(plan.parent / ".ferry" / "runs" / f"r{runs}"), Reporter())
+            return failures, runs, True, time.monotonic() - started
+        except FerryError as exc:  # a loud failure, resumed by the next run; anything else is a traceback
+            failures.append(str(exc))
+            between()
+    return failures, RUNS, False, time.monotonic() - started
+
+
+def held_whole(registry: Registry, tag: str) -> str | None:
+    """The digest of ai/tool:tag, read straight from the target, once every blob it names is there with its bytes."""
+    found = registry.manifest("ai/tool", tag)
+    if found is None:
+        return None
+    for blob in [found.json()["config"], *found.json()["layers"]]:
+        registry.blob("ai/tool", blob["digest"])  # RegistryError when missing or other bytes
+    return found.digest
+
+
+def assert_copied(root: Path, source: Server, target: Server, failures: list[str]) -> None:
+    """Every image on the target whole at the source's digest, each failure one line, and whatever any run
+    recorded (a failed one too) held at that digest; the published map names every image at its digest."""
+    direct, original = (
+        Registry(f"127.0.0.1:{target.port}", insecure=True),
+        Registry(f"127.0.0.1:{source.port}", insecure=True),
+    )
+    assert all("\n" not in f for f in failures), "each failure is one line"
+    for tag in TAGS:
+        assert held_whole(direct, tag) == original.digest("ml/tool", tag), tag
+    for journal in (root / ".ferry" / "runs").glob("r*/images/journal.json"):
+        for record in json.loads(journal.read_text(encoding="utf-8"))["records"]:
+            assert held_whole(direct, record["target"].rpartition(":")[2]) == record["digest"], journal
+    last = max((root / ".ferry" / "runs").glob("r*"), key=lambda run: int(run.name[1:]))
+    published = Path(json.loads((last / "images" / "published.json").read_text(encoding="utf-8"))["path"])
+    images = json.loads(published.read_text(encoding="utf-8"))["images"]
+    assert sorted(r["target"].rpartition(":")[2] for r in images) == TAGS
+    assert {r["target"].rpartition(":")[2]: r["digest"] for r in images} == {
+        t: original.digest("ml/tool", t) for t in TAGS
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"label": "5%", "rate": 0.05, "seed": 7},
+        {"label": "20%", "rate": 0.20, "seed": 20},
+        # Gone mid-copy, for 30 s: longer than skopeo's retries (1+2+4 s) and ferry's client's (0.5+1+2 s).
+        {"label": "30 s outage", "outage_at": 30, "outage_s": 30},
+    ],
+    ids=["5pct", "20pct", "outage"],
+)
+def test_image_copies_through_a_faulty_registry_arrive_with_their_digests(
+    source_registry: Server, tmp_path: Path, case: dict
+) -> None:
+    """skopeo (--retry-times) and ferry's registry client (its own retries) between two real registries, the
+    target's requests reset, truncated, stalled or throttled at 5% and 20%, or the target away for 30 s: every
+    image arrives with its digest, or the phase fails loudly (one line) and a later run finishes it; no run
+    records an image the target does not hold at its digest."""
+    from tests.support import start_registry
+
+    target = start_registry()
+    options = {k: v for k, v in case.items() if k != "label"}
+    try:
+        with FaultProxy(target.port, stall_s=REGISTRY_STALL_S, **options) as proxy:
+            # One copy at a time: the seeded faults land on the same requests run after run.
+            plan = images_plan(tmp_path, source_registry, proxy, 1)
+            # After a failed run, wait as a retry delay would: past the outage within a few runs.
+            failures, runs, done, seconds = copy_images(plan, lambda: time.sleep(10.0 if proxy.outage_at else 0.0))
+        figures = {"case": f"registry {case['label']}", "requests": proxy.requests, "faults": dict(proxy.faults)}
+        report({**figures, "outages": proxy.outages, "runs": runs, "failures": failures, "seconds": round(seconds, 2)})
+        assert done, failures
+        if proxy.outage_at:
+            assert proxy.outages == 1 and failures, "the outage failed a run, loudly; a later one finished"
+        else:
+            assert set(proxy.faults) == {"reset", "truncate", "stall", "503"}, "every kind was injected"
+        assert_copied(tmp_path, source_registry, target, failures)
+    finally:
+        target.stop()
+
+
+# A registry that lies, and what ferry says about it (None: ferry is not misled, and the run finishes).
+LIES = {
+    # Every Docker-Content-Digest (and ETag) the target answers rewritten: ferry hashes the bytes it reads.
+    "digest header": ({"lie": "checksum", "lie_path": "/v2/"}, None),
+    # tool:0's config blob answered 201 and not kept, at every attempt: the registry refuses the manifest naming it.
+    "blob dropped": ({"lie": "drop", "drop_status": 201, "lie_path": "{config}"}, "manifest blob unknown"),
+    # A manifest PUT answered 201 and not kept: ferry reads the tag back.
+    "manifest dropped": ({"lie": "drop", "drop_status": 201, "lie_path": "/manifests/"}, "is not on the target after"),
+    # A manifest stored re-serialised (the registry answers with the new digest; skopeo does not compare it).
+    "manifest rewritten": ({"lie": "reserialise", "lie_path": "/manifests/"}, "the copy's digest changed"),
+    # A manifest read by digest cut short, Content-Length agreeing: its bytes are not those of the digest.
+    "manifest cut short": ({"lie": "short", "lie_path": "/manifests/sha256:"}, "the registry answered other bytes"),
+}
+
+
+@pytest.mark.parametrize("lie", list(LIES))
+def test_a_lying_registry_is_caught_and_the_next_run_copies_again(
+    source_registry: Server, tmp_path: Path, lie: str
+) -> None:
+    """A target registry that drops, rewrites or cuts short what it is sent, or rewrites the digests it reports:
+    the phase fails loudly (one line naming the lie) and records nothing it was lied about, and once the registry
+    is mended the next run copies again and finishes; or the lie does not mislead it at all."""
+    from tests.support import start_registry
+
+    options, said = LIES[lie]
+    config = Registry(f"127.0.0.1:{source_registry.port}", insecure=True).manifest("ml/tool", "0").json()["config"]
+    target = start_registry()
+    try:
+        with FaultProxy(
+            target.port, **{**options, "lie_path": options["lie_path"].format(config=config["digest"][7:])}
+        ) as proxy:
+            plan = images_plan(tmp_path, source_registry, proxy, 2)
+            failures, runs, done, seconds = copy_images(plan, lambda: setattr(proxy, "lie", None))
+        report({"case": f"registry lies: {lie}", "requests": proxy.requests, "lies": proxy.lies, "runs": runs,
+                "failures": failures, "seconds": round(seconds, 2)})  # fmt: skip
+        assert proxy.lies > 0 and done, failures
+        if said is None:
+            assert runs == 1
+        else:
+            assert runs == 2 and said in failures[0], failures
+        assert_copied(tmp_path, source_registry, target, failures)
+    finally:
         target.stop()

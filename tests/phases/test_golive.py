@@ -78,7 +78,7 @@ def by_name(results) -> dict:
 
 def test_a_measured_run_and_its_report(tmp_path) -> None:
     digest_map.publish(
-        tmp_path / ".ferry",
+        digest_map.path(tmp_path / ".ferry", "golive-check"),
         [
             digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1"),
             digest_map.ImageRecord("src/b:1", "reg.example/ml/b:1", "sha256:" + "b" * 64, "copied", "12.2.2"),
@@ -379,7 +379,7 @@ def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
 
 def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path) -> None:
     digest_map.publish(
-        tmp_path / ".ferry",
+        digest_map.path(tmp_path / ".ferry", "golive-check"),
         [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")],
     )
     with KubeEmulator() as emulator:

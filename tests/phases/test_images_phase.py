@@ -149,7 +149,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert sorted(target.tags("ai/eval")) == ["1", "2"]
 
     # The digest map, published and in the audit folder, with the CUDA fingerprint of the rebuilt image.
-    records = digest_map.read(tmp_path / ".ferry")
+    records = digest_map.read(digest_map.path(tmp_path / ".ferry", "images-test"))
     trainer = records[f"{regs.src}/ml/trainer:2024.06"]
     assert (trainer.kind, trainer.cuda, trainer.digest) == ("rebuilt", "12.4.1", manifest.digest)
     assert records[f"{regs.src}/ml/tokenizer:1.0"].digest == index.digest
@@ -172,7 +172,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert target.digest("ai/trainer", "2024.06") == manifest.digest
 
     # Rolling the second run back pushes nothing back and puts the first run's map back in place.
-    map_file = tmp_path / ".ferry" / "images" / "digests.json"
+    map_file = digest_map.path(tmp_path / ".ferry", "images-test")
     first_map = map_file.read_text()
     assert phase2.rollback(audit2.root).items == [
         f"restore {map_file} from {audit2.root / 'images' / 'previous-digests.json'}"
@@ -187,7 +187,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert [
         target.digest(repo, tag) for repo, tag in (("ai/trainer", "2024.06"), ("ai/eval", "1"), ("ai/eval", "2"))
     ] == [None] * 3
-    assert f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}" in undo.items
+    assert f"remove {digest_map.path(tmp_path / '.ferry', 'images-test')}" in undo.items
 
     # The gate asks the registries, not the journal: after the rollback the same run's gate fails.
     after = {r.name: r for r in phase.gate(audit)}
@@ -246,7 +246,7 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     undo = phase.rollback(audit.root)
     assert sorted(undo.items) == sorted(
         [
-            f"remove {tmp_path / '.ferry' / 'images' / 'digests.json'}",
+            f"remove {digest_map.path(tmp_path / '.ferry', 'images-test')}",
             f"restore {moved} to its previous digest {base.digest}",
             *(
                 f"keep {regs.tgt}/moved/eval:{t}: the registry deletes by digest and {eval_digest} is also tagged keep"
@@ -328,7 +328,7 @@ def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries:
     phase = open_phase(load_plan(plan), "images")
     summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
     assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
-    assert not digest_map.path(tmp_path / ".ferry").exists()
+    assert not digest_map.path(tmp_path / ".ferry", "images-test").exists()
 
 
 def test_where_the_registry_refuses_deletes_the_rollback_says_which_tags_remain(
@@ -412,3 +412,31 @@ def test_the_entrys_target_stage_gets_the_sdk_and_an_unknowable_base_fails_sayin
     assert report["elsewhere"] == [
         {"line": 4, "how": "COPY --from=", "image": "ghcr.io/astral-sh/uv:0.4", "rule_to": None}
     ]
+
+
+def test_a_copy_that_keeps_meeting_503s_fails_transiently_and_the_retried_step_can_undo_both_attempts(
+    registries: Registries, tmp_path: Path
+) -> None:
+    """skopeo does not retry a 503 on a manifest PUT: ferry copies again, then the step fails as transient (so
+    Prefect's task retry runs it again in the same run), and what the first attempt pushed stays undoable."""
+    from ferry.errors import TransientError
+    from ferry.oci import RETRIES
+    from tests.faults.proxy import FaultProxy
+
+    with FaultProxy(registries.target.port, unavailable="/v2/retry/eval/manifests/2") as proxy:
+        plan = _plan(tmp_path, registries, {}, ["eval:*"])
+        text = plan.read_text().replace("    dockerfiles: []\n", "")
+        plan.write_text(text.replace(f"registry: {registries.tgt}/ai", f"registry: 127.0.0.1:{proxy.port}/retry"))
+        phase = open_phase(load_plan(plan), "images")
+        audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
+        with pytest.raises(TransientError, match=r"images: 1 of 2 failed: eval:2: copy eval:2: .*503"):
+            phase.run("run", audit, Reporter())
+        assert proxy.refused == RETRIES + 1, "copied again, RETRIES times"
+        proxy.unavailable = None
+        summary = phase.run("run", audit, Reporter())  # the task retried: the same step in the same run
+        assert (summary["pushed"], summary["skipped"]) == (2, 1), summary
+        targets = sorted(r.target for r in phase.records(audit.root))
+        assert targets == [f"127.0.0.1:{proxy.port}/retry/eval:{t}" for t in "12"]
+        undo = phase.rollback(audit.root)
+    assert undo.failed == 0, undo.items
+    assert [registries.digest(f"{registries.tgt}/retry/eval:{t}") for t in "12"] == [None, None], undo.items
