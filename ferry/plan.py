@@ -2,16 +2,19 @@
 
 Secrets are never inline. Credentials are named (environment variables, an AWS profile, a
 connection-string variable) in profiles; any string may reference the environment as ${NAME},
-resolved at load time and shown masked. Unknown keys are errors, and so are phases this
+resolved at load time, except a variable named as a secret (`*_TOKEN`, `*PASSWORD*`, ...) and a URL with a
+password: plan fields are printed, so those are field errors. Unknown keys are errors, and so are phases this
 version of ferry cannot run: no placeholder phase ever reports PASS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from croniter import croniter
@@ -274,8 +277,26 @@ def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
     return load_yaml_model(path, TargetProfile, transform=_renamed_keys)
 
 
+def secret_like(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (the words Airflow's secrets masker keys on,
+    and Azure's SAS)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS) or bool({"sas", "pat"} & set(lowered.split("_")))
+
+
+_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "token", "apikey", "api_key", "private_key",
+                 "access_key", "account_key", "credential", "connection_string", "authorization")  # fmt: skip
+_WHERE_SECRETS_GO = (
+    "plan fields are printed (summaries, logs, reports) and passed on command lines; a secret goes in a profile's or "
+    "registry's credentials, as `<name>_env` or `<name>_secret`, which are never shown"
+)
+
+
 def _interpolate(node: Any, refs: set[str], loc: tuple = ()) -> Any:
-    """Replace ${NAME} in every string with the environment's value; record the names used."""
+    """Replace ${NAME} in every string with the environment's value; record the names used.
+
+    A secret has no place in a plan field: neither ${NAME} of a variable named as a secret nor a URL with a password.
+    """
     if isinstance(node, dict):
         return {k: _interpolate(v, refs, (*loc, k)) for k, v in node.items()}
     if isinstance(node, list):
@@ -285,12 +306,23 @@ def _interpolate(node: Any, refs: set[str], loc: tuple = ()) -> Any:
         def value(match: re.Match) -> str:
             name = match.group(1)
             refs.add(name)
+            if secret_like(name):
+                raise FieldProblem(loc, f"${{{name}}} names a secret: {_WHERE_SECRETS_GO}")
             if name not in os.environ:
                 raise FieldProblem(loc, f"${{{name}}} is referenced but not set in the environment")
             return os.environ[name]
 
-        return _ENV_REF.sub(value, node)
+        resolved = _ENV_REF.sub(value, node)
+        if "://" in resolved and _url_password(resolved):
+            raise FieldProblem(loc, f"a URL with a password in it: {_WHERE_SECRETS_GO}")
+        return resolved
     return node
+
+
+def _url_password(text: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return urlsplit(text.strip()).password is not None
+    return False
 
 
 class LoadedPlan:

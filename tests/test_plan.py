@@ -198,8 +198,12 @@ MALFORMED = [
         "phases.iam needs a namespace",
     ),
     ("coverage above 1", swap("gates:\n", "gates:\n  iam: {min_coverage: 2}\n"), ":18:", "gates.iam.min_coverage"),
-    ("iam gate kubernetes_version moved", swap("gates:\n", "gates:\n  iam: {kubernetes_version: \"1.30\"}\n"), ":18:",
-     "target.kubernetes_version"),
+    (
+        "iam gate kubernetes_version moved",
+        swap("gates:\n", 'gates:\n  iam: {kubernetes_version: "1.30"}\n'),
+        ":18:",
+        "target.kubernetes_version",
+    ),
     ("unknown phase", swap("phases:\n", "phases:\n  teleport: {}\n"), ":13:", "phases.teleport: unknown field"),
     (
         "no phase",
@@ -281,3 +285,45 @@ def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path) -> None
     code, _, err = run_cli("rollback", str(path), "--phase", "imagse")
     assert code == 2 and "--phase: 'imagse' is not a phase of this plan" in err
     assert not (tmp_path / ".ferry").exists()
+
+
+# How teams name the variables they put in plans: secrets (refused) and the rest (read).
+SECRET_NAMES = ["HF_TOKEN", "GITHUB_TOKEN", "DB_PASSWORD", "REGISTRY_PASSWD", "AWS_SECRET_ACCESS_KEY", "AZURE_SAS",
+                "AZURE_STORAGE_CONNECTION_STRING", "OPENAI_API_KEY", "GITLAB_PAT", "SSH_PRIVATE_KEY",
+                "gcp_credentials"]  # fmt: skip
+PLAIN_NAMES = ["BUCKET", "S3_ENDPOINT", "AWS_REGION", "KEY_PREFIX", "PASSENGER_LIST", "SASKATOON_SITE", "PATH_ROOT"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_a_variable_named_as_a_secret_is_refused_in_a_plan_field_without_showing_it(tmp_path, monkeypatch, name):
+    monkeypatch.setenv(name, "hunter2-value")
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("shards: [train/, val/]", f'shards: ["${{{name}}}/"]'))
+    code, _, err = run_cli("plan", "validate", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{path}:16: phases.data_sync.shards.0: ${{{name}}} names a secret" in err and "_env" in err
+    assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("name", PLAIN_NAMES)
+def test_other_variables_are_read(tmp_path, monkeypatch, name) -> None:
+    monkeypatch.setenv(name, "from-env")
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("shards: [train/, val/]", f'shards: ["${{{name}}}/"]'))
+    assert load_plan(path).plan.phases.data_sync.shards == ["from-env/"]
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [("http://ferry:hunter2@10.1.2.3:9000", True), ("http://ferry:@10.1.2.3:9000", True),
+     ("http://ferry@10.1.2.3:9000", False), ("http://10.1.2.3:9000/a:b@c", False)],
+)  # fmt: skip
+def test_a_url_with_a_password_is_refused(tmp_path, url: str, refused: bool) -> None:
+    path = tmp_path / "migration.yaml"
+    path.write_text(VALID.replace("http://127.0.0.1:9", url))
+    code, _, err = run_cli("plan", "validate", str(path))
+    if refused:
+        assert code == 2 and f"{path}:10: profiles.meta.endpoint_url: a URL with a password in it" in err, err
+        assert "hunter2" not in err
+    else:
+        assert "a URL with a password" not in err, err
