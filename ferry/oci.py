@@ -28,6 +28,8 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 _ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST))
 _TIMEOUT_S = 30
+# The repository a /v2/ path is of (the key of its bearer token).
+_REPOSITORY = re.compile(r"(.+?)/(?:manifests|blobs|tags)/")
 
 
 class RegistryError(FerryError):
@@ -94,7 +96,9 @@ class Registry:
         self._basic = (
             "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode() if username and password else None
         )
-        self._token: str | None = None
+        # Bearer tokens by repository: a registry's token server grants each token one repository's scope, so
+        # one token for the whole host would be overwritten by parallel work on another repository.
+        self._tokens: dict[str, str] = {}
 
     def _request(
         self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
@@ -116,16 +120,23 @@ class Registry:
     def _once(
         self, method: str, path: str, headers: dict[str, str] | None, body: bytes | None
     ) -> tuple[int, Any, bytes]:
+        repository = _REPOSITORY.match(path)
+        key = repository.group(1) if repository else ""
+        token = self._tokens.get(key)
         for attempt in (0, 1):
             request = urllib.request.Request(self._base + path, data=body, method=method, headers=dict(headers or {}))
-            if self._token or self._basic:
-                request.add_header("Authorization", f"Bearer {self._token}" if self._token else self._basic or "")
+            if token or self._basic:
+                request.add_header("Authorization", f"Bearer {token}" if token else self._basic or "")
             try:
                 with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
                     return response.status, response.headers, response.read()
             except urllib.error.HTTPError as exc:
-                if exc.code == 401 and attempt == 0 and self._fetch_token(exc.headers.get("WWW-Authenticate", "")):
-                    continue
+                # The retry sends the token fetched here, whatever another thread has cached meanwhile.
+                if exc.code == 401 and attempt == 0:
+                    token = self._fetch_token(exc.headers.get("WWW-Authenticate", ""))
+                    if token:
+                        self._tokens[key] = token
+                        continue
                 if exc.code == 404:
                     return 404, exc.headers, b""
                 said = f"{self.host}: {method} /v2/{path}: HTTP {exc.code} {exc.reason}"
@@ -138,14 +149,14 @@ class Registry:
                 raise (RegistryError if lasting else _Transient)(said) from None
         raise RegistryError(f"{self.host}: {method} /v2/{path}: unauthorized")
 
-    def _fetch_token(self, challenge: str) -> bool:
-        """Answer a Bearer challenge (realm, service, scope) with a token, using the basic credentials if any."""
+    def _fetch_token(self, challenge: str) -> str | None:
+        """The token a Bearer challenge (realm, service, scope) asks for, using the basic credentials if any."""
         if not challenge.lower().startswith("bearer "):
-            return False
+            return None
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", None)
         if not realm:
-            return False
+            return None
         request = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
         if self._basic:
             request.add_header("Authorization", self._basic)
@@ -153,9 +164,9 @@ class Registry:
             with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
                 answer = json.loads(response.read())
         except (urllib.error.URLError, OSError, ValueError):
-            return False
-        self._token = answer.get("token") or answer.get("access_token")
-        return bool(self._token)
+            return None
+        token = (answer.get("token") or answer.get("access_token")) if isinstance(answer, dict) else None
+        return token if isinstance(token, str) and token else None
 
     def manifest(self, repository: str, ref: str) -> Manifest | None:
         """The manifest or index at a tag or digest, None when there is none."""

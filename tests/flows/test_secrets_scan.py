@@ -4,23 +4,28 @@ Every credential ferry takes is planted with a fresh random value that the serve
 S3 and IAM APIs with authentication on (access keys of IAM users made here; a user whose policy denies writes),
 moto's ECR token (never pulled from, only handed to the tools), Azurite's account SAS (signed with its public key)
 and account key, a registry with htpasswd logins, a Kubernetes bearer token in the kubeconfig, and a Kubernetes
-Secret's values (in the manifests, and the one the cluster held). Each credential is given once through
-environment variables (`*_env`) and once through Prefect Secret blocks (`*_secret`). The installed `ferry` runs as
-a user runs it: `plan show`, `run` of every phase (console, and `--log-format json`), a run that a denied request
-fails (plain, and with FERRY_DEBUG's tracebacks), `iam explain`, `deploy`, `status`, `rollback --dry-run`,
-`sync --report` (moto to Azurite, a presigned URL made for the multipart object) and a sync with a wrong secret.
+Secret's values (in the manifests, and the one the cluster held). A second registry takes bearer tokens only, as
+ECR's, GHCR's, Docker Hub's and Harbor's do: its token server (written here, its JWTs signed with a key made here)
+checks the logins, and every token it issues is looked for too. Each credential is given once through environment
+variables (`*_env`) and once through Prefect Secret blocks (`*_secret`). The installed `ferry` runs as a user runs
+it: `plan show`, `run` of every phase (console, and `--log-format json`), a run that a denied request fails (plain,
+and with FERRY_DEBUG's tracebacks), `iam explain`, `deploy`, `status`, `rollback --dry-run`, `serve` with a run
+started from its deployment and a run waiting for `approve` (both copying and building images to the bearer
+registry), `sync --report` (moto to Azurite, a presigned URL made for the multipart object) and a sync with a wrong
+secret. `ferry ui` takes no plan and no credential: it is not run here.
 
 Then every output is scanned for each secret in the forms it may take (as is, URL-quoted, JSON-escaped, base64
 at any alignment, and the alphanumeric runs the other encodings keep): stdout and stderr; every file under the
 state directories (SQLite files as bytes) and the sync reports; the files ferry and its tools left in their
 TMPDIR and any new file in the system's temporary folders; the command lines of ferry and of every process under
 it (sampled from /proc while it runs, and skopeo's argv recorded by a wrapper on PATH); from the Prefect server,
-the runs' logs, artifacts, states, task runs and events, the deployment and its work pool, and the server's
+the runs' logs, artifacts, states, task runs and events, the deployments and the work pool, and the server's
 database file itself. The Secret the cluster held may be in one place only: the rollback's snapshot (mode 0600).
 
-A canary secret is written on purpose to one place of each kind; the scan must find it there, or it proves
-nothing. Azure is reached through `ferry sync` only: in a plan, preflight cannot resolve an Azurite endpoint
-(`AzureBlobConnector.network_host()` answers "127.0.0.1:PORT/devstoreaccount1"), so the plans' storage is moto.
+A canary secret is written on purpose to one place of each kind, and a canary bearer token to an auth file; the
+scan must find them there, or it proves nothing. Azure is reached through `ferry sync` only: in a plan, preflight
+cannot resolve an Azurite endpoint (`AzureBlobConnector.network_host()` answers "127.0.0.1:PORT/devstoreaccount1"),
+so the plans' storage is moto.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -214,13 +220,29 @@ def start_registry_with_logins(work: Path, logins: dict[str, str]) -> tuple[Serv
     """Debian's docker-registry asking every request for one of logins (htpasswd), if this Python can hash them;
     (the server, whether it checks the logins)."""
     work.mkdir(parents=True)
-    port = free_port()
     hashes = {user: bcrypt_hash(password) for user, password in logins.items()}
     checks = bool(hashes) and all(hashes.values())
     auth = ""
     if checks:
         (work / "htpasswd").write_text("".join(f"{user}:{h}\n" for user, h in hashes.items()))
         auth = f"auth:\n  htpasswd:\n    realm: ferry-scan\n    path: {work / 'htpasswd'}\n"
+    return _serve_registry(work, auth), checks
+
+
+def start_registry_with_tokens(work: Path, tokens: TokenServer) -> Server:
+    """Debian's docker-registry taking only the bearer tokens of tokens (distribution's token auth: a 401 whose
+    challenge names the token server's realm, service and the scope asked for)."""
+    work.mkdir(parents=True)
+    (work / "tokens.pem").write_bytes(tokens.certificate_pem)
+    auth = (
+        f"auth:\n  token:\n    realm: {tokens.realm}\n    service: {tokens.service}\n    issuer: {tokens.issuer}\n"
+        f"    rootcertbundle: {work / 'tokens.pem'}\n"
+    )
+    return _serve_registry(work, auth)
+
+
+def _serve_registry(work: Path, auth: str) -> Server:
+    port = free_port()
     (work / "config.yml").write_text(
         f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'data'}\n  delete:\n    enabled: true\n"
         f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n{auth}"
@@ -232,7 +254,112 @@ def start_registry_with_logins(work: Path, logins: dict[str, str]) -> tuple[Serv
         start_new_session=True,
     )
     _wait_port(port, proc, "docker-registry")
-    return Server(proc=proc, port=port), checks
+    return Server(proc=proc, port=port)
+
+
+class TokenServer:
+    """A registry's token server, as ECR's, GHCR's, Docker Hub's and Harbor's registries send clients to: a GET of
+    the realm with a Basic login that is one of logins gets a JWT (RS256, its certificate in the `x5c` header, which
+    distribution checks against its rootcertbundle) granting the scopes asked for; any other login gets a 401.
+
+    Every token issued is kept (the token, and the User-Agent it went to), to be looked for as the logins are.
+    """
+
+    service = "ferry-scan-registry"
+    issuer = "ferry-scan-tokens"
+
+    def __init__(self, logins: dict[str, str]):
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.x509.oid import NameOID
+
+        self.logins = logins
+        self.issued: list[tuple[str, str]] = []  # (token, User-Agent)
+        self.refused = 0
+        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.issuer)])
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .sign(self._key, hashes.SHA256())
+        )
+        self.certificate_pem = certificate.public_bytes(serialization.Encoding.PEM)
+        self._x5c = base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()
+        self._server = None
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/token"
+
+    def token(self, user: str, scopes: list[str]) -> str:
+        """A token for user granting scopes (`repository:NAME:ACTION,...`), signed as the registry expects."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        def encoded(data: dict) -> str:
+            return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+        access = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer, "sub": user, "aud": self.service, "exp": now + 300, "nbf": now - 10, "iat": now,
+            "jti": secrets.token_hex(16), "access": access,
+        }  # fmt: skip
+        signed = f"{encoded({'typ': 'JWT', 'alg': 'RS256', 'x5c': [self._x5c]})}.{encoded(claims)}"
+        signature = self._key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signed}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+    def start(self) -> TokenServer:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlsplit
+
+        tokens = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlsplit(self.path).query)
+                user, password = "", ""
+                with contextlib.suppress(ValueError):  # no Basic login, or not one
+                    basic = self.headers.get("Authorization", "").removeprefix("Basic ")
+                    user, _, password = base64.b64decode(basic, validate=True).decode().partition(":")
+                if not password or tokens.logins.get(user) != password or query.get("service") != [tokens.service]:
+                    tokens.refused += 1
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="ferry-scan-tokens"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                token = tokens.token(user, query.get("scope", []))
+                tokens.issued.append((token, self.headers.get("User-Agent", "")))
+                body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # the test's output is the scan's, not a request log
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="token-server", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def push_image(host: str, repository: str, tag: str, env: list[str]) -> None:
@@ -397,6 +524,57 @@ class Ran:
     seconds: float = 0.0
 
 
+class Running:
+    """`ferry ARGS` while it runs (a server, a run waiting for its approval): its output read as it comes, so the
+    test acts on what it says; finish() ends it and gives what it printed."""
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen, tree: ProcessTree | None):
+        self.argv, self.proc, self.tree = argv, proc, tree
+        self.started = time.monotonic()
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
+            for stream, lines in ((proc.stdout, self.out), (proc.stderr, self.err))
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line)
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match | None:
+        """The first match of pattern in what it has printed (stdout, then stderr), once there is one; None if it
+        ended (or timeout passed) first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = self.proc.poll() is not None and not any(r.is_alive() for r in self._readers)
+            if found := re.search(pattern, "".join(self.out) + "".join(self.err)):
+                return found
+            if done:
+                return None
+            time.sleep(0.2)
+        return None
+
+    def finish(self, sig: int | None = None, timeout: float = 240) -> Ran:
+        """Send sig (if any), then what it printed once it has ended (killed after timeout)."""
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            for reader in self._readers:
+                reader.join(timeout=10)
+            seen = self.tree.stop() if self.tree else {}
+        seconds = time.monotonic() - self.started
+        return Ran(self.argv, self.proc.returncode, "".join(self.out), "".join(self.err), seen, seconds)
+
+
 @dataclass
 class World:
     root: Path
@@ -404,8 +582,9 @@ class World:
     scanner: Scanner
     ran: list[Ran] = field(default_factory=list)
 
-    def ferry(self, *args: str, watch: bool = False, env: dict[str, str] | None = None) -> Ran:
-        """`ferry ARGS` as its own process; with watch, the command lines of its process tree sampled meanwhile."""
+    def start(self, *args: str, watch: bool = False, env: dict[str, str] | None = None) -> Running:
+        """`ferry ARGS` started as its own process; with watch, the command lines of its process tree sampled
+        while it runs. Its result joins the others' once finished()."""
         proc = subprocess.Popen(
             [FERRY, *args],
             cwd=self.root,
@@ -414,18 +593,17 @@ class World:
             stderr=subprocess.PIPE,
             text=True,
         )
-        started = time.monotonic()
-        tree = ProcessTree(proc.pid) if watch else None
-        try:
-            out, err = proc.communicate(timeout=240)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            seen = tree.stop() if tree else {}
-        ran = Ran(["ferry", *args], proc.returncode, out, err, seen, time.monotonic() - started)
-        print(f"`{' '.join(ran.argv)}`: exit {ran.code} in {ran.seconds:.1f} s, {len(seen)} processes sampled")
+        return Running(["ferry", *args], proc, ProcessTree(proc.pid) if watch else None)
+
+    def finished(self, running: Running, sig: int | None = None) -> Ran:
+        ran = running.finish(sig)
+        print(f"`{' '.join(ran.argv)}`: exit {ran.code} in {ran.seconds:.1f} s, {len(ran.tree)} processes sampled")
         self.ran.append(ran)
         return ran
+
+    def ferry(self, *args: str, watch: bool = False, env: dict[str, str] | None = None) -> Ran:
+        """`ferry ARGS` as its own process, to its end (as start(), then finished())."""
+        return self.finished(self.start(*args, watch=watch, env=env))
 
     def together(self, *commands: tuple[str, ...], watch: bool = False) -> list[Ran]:
         """Commands that share no state, run at once (each as ferry()); their results in order."""
@@ -503,6 +681,40 @@ phases:
   data_sync: {{threads: 2, part_size: 256K, multipart_threshold: 512K}}
 retries: {{attempts: 0, delay_s: 0}}
 """
+# To the registry whose logins the token server checks: two repositories at once (each with a token of its own
+# scope) and a build that buildah pushes. Served (a run Prefect starts from the deployment), or waiting for approval.
+BEARER_PLAN = """\
+name: {name}
+source:
+  storage: 'src://{bucket}/data'
+  registry: 127.0.0.1:{src_registry}/ml
+target:
+  profile: generic-k8s
+  storage: 'dst://{target_bucket}/{name}'
+  registry: 127.0.0.1:{bearer_registry}/{name}
+profiles:
+  src:
+    type: s3
+    endpoint_url: {moto}
+    min_part_size: 262144
+    credentials: {{access_key_id_{ch}: {src_key}, secret_access_key_{ch}: {src_secret}}}
+  dst:
+    type: s3
+    endpoint_url: {moto}
+    min_part_size: 262144
+    credentials: {{access_key_id_{ch}: {dst_key}, secret_access_key_{ch}: {dst_secret}}}
+phases:
+  data_sync: {{threads: 2, part_size: 256K, multipart_threshold: 512K}}
+  images:
+    copy: ["tool:1", "eval:1"]
+    dockerfiles: [{{path: app/Dockerfile, image: "app:1"}}]
+    auth:
+      "127.0.0.1:{bearer_registry}": {{username_{ch}: {registry_user}, password_{ch}: {registry_password}}}
+retries: {{attempts: 0, delay_s: 0}}
+{extra}
+"""
+# No RUN step: the base has no shell.
+APP_DOCKERFILE = "FROM 127.0.0.1:{src_registry}/ml/tool:1\nENV APP=scan\n"
 # `ferry sync` from moto to Azurite: a multipart object makes a presigned URL for Put Block From URL (Azurite
 # answers 501, and ferry streams instead).
 PROFILES = """\
@@ -576,10 +788,10 @@ def _listing(*roots: Path) -> set[Path]:
     return found
 
 
-def _prefect_records(run_names: list[str], deployment: str, pool: str) -> Iterator[tuple[str, str]]:
+def _prefect_records(run_names: list[str], deployments: list[str], pool: str) -> Iterator[tuple[str, str]]:
     """(where, JSON) of everything the Prefect API holds about the flow runs named run_names and their subflow
     runs (each run with its parameters and every state, its task runs, logs, artifacts, events), and about the
-    deployment and its work pool."""
+    deployments and the work pool."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -594,7 +806,8 @@ def _prefect_records(run_names: list[str], deployment: str, pool: str) -> Iterat
     from prefect.events.filters import EventAnyResourceFilter, EventFilter
 
     with get_client(sync_client=True) as client:
-        yield f"prefect deployment {deployment}", client.read_deployment_by_name(deployment).model_dump_json()
+        for deployment in deployments:
+            yield f"prefect deployment {deployment}", client.read_deployment_by_name(deployment).model_dump_json()
         yield f"prefect work pool {pool}", client.read_work_pool(pool).model_dump_json()
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=run_names)))
         assert sorted(r.name for r in runs) == sorted(run_names), "every ferry run is a flow run on the server"
@@ -637,6 +850,37 @@ def _prefect_records(run_names: list[str], deployment: str, pool: str) -> Iterat
             if not events.next_page:
                 break
             events = client.read_events_page(events.next_page)
+
+
+def _run_from_deployment(name: str, timeout: float = 60):
+    """A flow run of the deployment name (created as the UI's Run button does), once `ferry serve` has registered
+    it."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            try:
+                deployment = client.read_deployment_by_name(name)
+            except Exception:  # noqa: BLE001 - not registered yet
+                assert time.monotonic() < deadline, f"ferry serve registered no deployment {name}"
+                time.sleep(0.5)
+                continue
+            return client.create_flow_run_from_deployment(deployment.id)
+
+
+def _finished_run(flow_run_id, timeout: float = 180):
+    """The flow run once its state is final (None after timeout)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            run = client.read_flow_run(flow_run_id)
+            if run.state is not None and run.state.is_final():
+                return run
+            time.sleep(1)
+    return None
 
 
 def _canary_in_prefect(run_name: str, canary: str) -> None:
@@ -711,6 +955,15 @@ def test_planted_secrets_appear_in_no_output(
         }
         target_registry, registry_checks = start_registry_with_logins(tmp_path / "registry-tgt", logins)
         cleanup.callback(target_registry.stop)
+        # A registry that takes bearer tokens only; its token server checks these logins.
+        bearer_logins = {
+            f"bot-{ch}": scanner.plant(f"registry password, token flow ({ch})", secrets.token_urlsafe(24))
+            for ch in CHANNELS
+        }
+        tokens = TokenServer(bearer_logins).start()
+        cleanup.callback(tokens.stop)
+        bearer_registry = start_registry_with_tokens(tmp_path / "registry-bearer", tokens)
+        cleanup.callback(bearer_registry.stop)
         kube = TokenKube(scanner.plant("kubernetes bearer token", f"kube-{secrets.token_urlsafe(32)}")).start()
         cleanup.callback(kube.stop)
         kube.on_write("Pod", lambda pod: {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
@@ -746,6 +999,7 @@ def test_planted_secrets_appear_in_no_output(
         with BlobServiceClient.from_connection_string(connection) as service:
             service.create_container(container)
         push_image(f"127.0.0.1:{source_registry.port}", "ml/tool", "1", ["CUDA_VERSION=12.2.0"])
+        push_image(f"127.0.0.1:{source_registry.port}", "ml/eval", "1", ["CUDA_VERSION=12.4.1"])
         enforce_moto_auth(moto)
 
         # The environment ferry runs in: no credential but the planted ones (boto3 and Azure would find others).
@@ -786,6 +1040,7 @@ def test_planted_secrets_appear_in_no_output(
             "account": AZURITE_ACCOUNT,
             "src_registry": source_registry.port,
             "tgt_registry": target_registry.port,
+            "bearer_registry": bearer_registry.port,
             "ecr_host": "123456789012.dkr.ecr.us-east-1.amazonaws.com",
         }
         plans: dict[str, Path] = {}
@@ -833,6 +1088,25 @@ def test_planted_secrets_appear_in_no_output(
             "dst_secret": keys["dst denied"][1],
         }
         plans["denied"].write_text(DENIED_PLAN.format(**common, **named("env", denied_values)))
+        # Served, its logins as Secret blocks (resolved in the run the served deployment starts); waiting for its
+        # approval, its logins as variables.
+        served_name, approval_name = f"served-{tag}", f"approval-{tag}"
+        for key, name, ch, extra in (
+            ("served", served_name, "secret", 'schedule: "0 0 1 1 *"'),
+            ("approval", approval_name, "env", "approve_before: [data_sync]"),
+        ):
+            (work / key / "app").mkdir(parents=True)
+            (work / key / "app" / "Dockerfile").write_text(APP_DOCKERFILE.format(**common))
+            values = {
+                "src_key": keys[f"src {ch}"][0],
+                "src_secret": keys[f"src {ch}"][1],
+                "dst_key": keys[f"dst {ch}"][0],
+                "dst_secret": keys[f"dst {ch}"][1],
+                "registry_user": f"bot-{ch}",
+                "registry_password": bearer_logins[f"bot-{ch}"],
+            }
+            plans[key] = work / key / "migration.yaml"
+            plans[key].write_text(BEARER_PLAN.format(name=name, ch=ch, extra=extra, **common, **named(ch, values)))
         for name, secret_key in (("key", keys["sync env"][1]), ("wrong", wrong_secret)):
             key_values = {"src_key": keys["sync env"][0], "src_secret": secret_key, "azure": AZURITE_KEY}
             (work / f"profiles-{name}.yaml").write_text(
@@ -866,6 +1140,26 @@ def test_planted_secrets_appear_in_no_output(
         assert deployed.code == 0, deployed.out + deployed.err
         assert status.code == 0 and "committed" in status.out, status.out + status.err
         assert rollback.code == 0 and "nothing was changed" in rollback.out, rollback.out + rollback.err
+        # `ferry serve`, and a run Prefect starts from its deployment (as the UI's Run button does); meanwhile a run
+        # that waits for `ferry approve`. Both go through the token server's registry.
+        serving = world.start("serve", str(plans["served"]), watch=True, env={"PREFECT_RUNNER_POLL_FREQUENCY": "1"})
+        waiting = world.start("run", str(plans["approval"]), "--approval-timeout", "240", watch=True)
+        approved = None
+        try:
+            flow_run = _run_from_deployment(f"migrate/{served_name}")
+            asked = waiting.wait_for(r"To approve: ferry approve ([\w.-]+)")
+            assert asked, "".join(waiting.out + waiting.err)
+            approved = world.ferry("approve", asked.group(1))
+            assert approved.code == 0 and "resumes" in approved.out, approved.out + approved.err
+            served_run = _finished_run(flow_run.id)
+        finally:
+            waited = world.finished(waiting, None if approved and approved.code == 0 else signal.SIGINT)
+            served = world.finished(serving, signal.SIGINT)
+        assert waited.code == 0, waited.out + waited.err
+        assert "data_sync PASS" in waited.out and "images PASS" in waited.out, waited.out
+        assert served_run is not None and served_run.state.is_completed(), (served_run, served.out, served.err)
+        assert f"serving deployment migrate/{served_name}" in served.out, served.out + served.err
+        assert "kind=rebuilt" in served.err, "the served run's log lines are in serve's output (scanned)"
         # Small objects only under a SAS: Azurite answers a Put Block From URL signed by a SAS with a 500 (not the
         # 501 ferry falls back on), so the multipart object, whose presigned URL Azurite is asked to pull, goes
         # with the account key. Each sync has its own state directory.
@@ -900,12 +1194,34 @@ def test_planted_secrets_appear_in_no_output(
         if registry_checks:
             with pytest.raises(urllib.error.HTTPError, match="401"):
                 urllib.request.urlopen(f"http://127.0.0.1:{target_registry.port}/v2/")
+        bearer_host = f"127.0.0.1:{bearer_registry.port}"
+        with pytest.raises(urllib.error.HTTPError, match="401") as challenged:
+            urllib.request.urlopen(f"http://{bearer_host}/v2/")
+        assert challenged.value.headers["WWW-Authenticate"].startswith(f'Bearer realm="{tokens.realm}"')
+        # The token flow ran for ferry's own client and for the tools (skopeo, buildah), with the logins given.
+        agents = {agent.partition("/")[0] for _, agent in tokens.issued}
+        assert tokens.refused == 0 and {"Python-urllib", "skopeo", "Buildah"} <= agents, (tokens.refused, agents)
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            wrong_login = base64.b64encode(f"bot-env:{wrong_secret}".encode()).decode()
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    f"{tokens.realm}?service={tokens.service}", headers={"Authorization": f"Basic {wrong_login}"}
+                )
+            )
+        for number, (token, _) in enumerate(tokens.issued):
+            # Its signature is what makes it a credential (the header is every token's); any encoding of the whole
+            # token holds one of the signature's forms.
+            scanner.plant(f"registry bearer token #{number}", token.rpartition(".")[2])
         calls = sorted(argv_records.glob("skopeo-*.argv"))
-        assert len(calls) >= 2, "each run's images phase ran skopeo (recorded)"
+        to_bearer = [c for c in calls if f"docker://{bearer_host}/".encode() in c.read_bytes()]
+        assert len(calls) - len(to_bearer) >= 2, "each run's images phase ran skopeo (recorded)"
+        assert len(to_bearer) >= 4, "the served and the approved run copied two images each"
         for call in calls:
-            # The logins reached skopeo in a private file: the registry's, and the ECR token moto handed out.
+            # The logins reached skopeo in a private file: the registry's, and the ECR token moto handed out (or,
+            # for the token server's registry, its login alone).
             hosts = set(call.with_suffix(".hosts").read_text().split())
-            assert hosts == {f"127.0.0.1:{target_registry.port}", common["ecr_host"]}, hosts
+            expected = {bearer_host} if call in to_bearer else {f"127.0.0.1:{target_registry.port}", common["ecr_host"]}
+            assert hosts == expected, hosts
             assert call.with_suffix(".mode").read_text().strip() == "600"
         with BlobServiceClient.from_connection_string(connection) as service:
             landed = {b.name for b in service.get_container_client(container).list_blobs()}
@@ -920,9 +1236,7 @@ def test_planted_secrets_appear_in_no_output(
 
         # -- the canary: one written on purpose to each kind of place the scan reads ----------------------------
         canary = scanner.plant("canary", f"Canary-{secrets.token_hex(16)}")
-        run_names = sorted(
-            p.name for ch in CHANNELS + ("denied",) for p in (plans[ch].parent / ".ferry" / "runs").iterdir()
-        )
+        run_names = sorted(p.name for plan in plans.values() for p in (plan.parent / ".ferry" / "runs").iterdir())
         _canary_in_prefect(run_names[0], canary)
         (plans["env"].parent / ".ferry" / "state" / "canary.txt").write_text(
             json.dumps({"auth": base64.b64encode(f"robot:{canary}".encode()).decode()})
@@ -930,6 +1244,12 @@ def test_planted_secrets_appear_in_no_output(
         (private_tmp / "canary.tmp").write_bytes(quote_plus(canary).encode())
         (Path(tempfile.gettempdir()) / f"ferry-scan-canary-{tag}").write_text(canary)
         (argv_records / "canary.argv").write_text(canary)
+        # A bearer token, as an auth file would hold it: its signature is what the scan looks for.
+        canary_token = tokens.token("canary", ["repository:canary:pull"])
+        scanner.plant("canary bearer token", canary_token.rpartition(".")[2])
+        (plans["served"].parent / ".ferry" / "state" / "canary-auth.json").write_text(
+            json.dumps({"auths": {bearer_host: {"registrytoken": canary_token}}})
+        )
         with subprocess.Popen(
             [sys.executable, "-c", "import sys; sys.stdin.read()", f"--password={canary}"], stdin=subprocess.PIPE
         ) as holder:
@@ -949,7 +1269,7 @@ def test_planted_secrets_appear_in_no_output(
         for pid, line in canary_tree.items():
             scanner.add(f"command line of pid {pid}", line)
         files = 0
-        for folder in (work / ch / ".ferry" for ch in CHANNELS + ("denied",)):
+        for folder in (plan.parent / ".ferry" for plan in plans.values()):
             files += scanner.add_tree(folder, str(folder.relative_to(tmp_path)))
         for ch in ("env", "secret", "key", "wrong"):
             files += scanner.add_tree(work / f"sync-{ch}", f"work/sync-{ch}")
@@ -969,7 +1289,8 @@ def test_planted_secrets_appear_in_no_output(
         for path in prefect_db:
             files += scanner.add_file(path, f"Prefect database {path.name}", shared=True)
         records = 0
-        for where, text in _prefect_records(run_names, "migrate/scan-env", f"scan-{tag}"):
+        deployments = ["migrate/scan-env", f"migrate/{served_name}"]
+        for where, text in _prefect_records(run_names, deployments, f"scan-{tag}"):
             scanner.add(where, text)
             records += 1
 
@@ -988,7 +1309,8 @@ def test_planted_secrets_appear_in_no_output(
         leaks = [
             f"{where}: {name}, {', '.join(shapes)}"
             for (where, name), shapes in found.items()
-            if name != "canary" and not ((where, name) in kept and any(where.endswith(s) for s in snapshots))
+            if not name.startswith("canary")
+            and not ((where, name) in kept and any(where.endswith(s) for s in snapshots))
         ]
         caught = {where for where, name in found if name == "canary"}
         print(
@@ -1005,6 +1327,7 @@ def test_planted_secrets_appear_in_no_output(
             "a command line": any(w.startswith("command line of pid") for w in caught),
             "the argv records": "skopeo argv/canary.argv" in caught,
             "the Prefect database": any(w.startswith("Prefect database") for w in caught),
+            "a bearer token": ("work/served/.ferry/state/canary-auth.json", "canary bearer token") in found,
         }
         assert all(expected.values()), f"the scan missed the canary in: {[k for k, v in expected.items() if not v]}"
     finally:
