@@ -258,13 +258,18 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     assert regs.digest(f"{regs.tgt}/moved/eval:keep") == eval_digest
 
 
-def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries: Registries, tmp_path: Path) -> None:
+def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(
+    registries: Registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import kubernetes_validate
     import yaml
 
     regs = registries
+    monkeypatch.setenv("KANIKO_USER", "robot")
+    monkeypatch.setenv("KANIKO_PASS", "kaniko-s3cr3t-4711")
     plan = _plan(tmp_path, regs, {"trainer:k1": TRAINER, "plain:1": "FROM python:3.11-slim\nRUN true\n"}, [])
-    plan.write_text(plan.read_text() + "    builder: kaniko\n")
+    auth = f"    auth:\n      {regs.tgt}: {{username_env: KANIKO_USER, password_env: KANIKO_PASS}}\n"
+    plan.write_text(plan.read_text() + "    builder: kaniko\n" + auth)
     phase = open_phase(load_plan(plan), "images")
     audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
     assert phase.run("run", audit, Reporter())["pushed"] == 0
@@ -273,6 +278,8 @@ def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(registries
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--destination={regs.tgt}/ai/trainer:k1" in args
     assert any(a.startswith("--label=io.ferry.content-hash=sha256:") for a in args)
+    # The rendered Jobs carry no login of the plan's (the executor's push credentials are the cluster's to mount).
+    assert not [p for p in audit.root.rglob("*") if p.is_file() and b"kaniko-s3cr3t-4711" in p.read_bytes()]
 
     results = {r.name: r for r in phase.gate(audit)}
     assert results["images.on_target"].status == Status.FAIL
