@@ -16,8 +16,11 @@ from ferry.errors import UsageError
 from ferry.plan import LoadedPlan
 
 
-def plan_problems(loaded: LoadedPlan, files: dict[tuple, Path], offline: bool) -> list[str]:
-    """Each reason the plan cannot run here, as one `file:line: field: problem` line (none: it can)."""
+def plan_problems(
+    loaded: LoadedPlan, files: dict[tuple, Path], variables: dict[tuple, str], offline: bool
+) -> list[str]:
+    """Each reason the plan cannot run here, as one `file:line: field: problem` line (none: it can): files are the
+    files it reads and variables the environment variables its credentials name, by the field naming each."""
     problems = []
     for role in ("source", "target"):
         try:
@@ -31,7 +34,7 @@ def plan_problems(loaded: LoadedPlan, files: dict[tuple, Path], offline: bool) -
         readable = path.is_file() or path.is_dir()
         if not (readable and os.access(path, os.R_OK)):
             problems.append(loaded.problem(loc, f"{path}: no such readable file or folder"))
-    for loc, name in loaded.credential_vars().items():
+    for loc, name in variables.items():
         if name not in os.environ:
             problems.append(loaded.problem(loc, f"{name} is not set in this environment (--offline skips this)"))
     return problems

@@ -89,6 +89,16 @@ def main(
     """ferry: move GPU/ML workloads from one cloud to another, verified at every step."""
 
 
+def _credential_vars(loaded, phases: list) -> dict[tuple, str]:
+    """The environment variables every credential the plan names takes secrets from, by the field naming each:
+    the plan's own (profiles, live IAM) and its phases'."""
+    from ferry.plan import credential_vars
+
+    return credential_vars(
+        loaded.credentials() | {loc: c for phase in phases for loc, c in phase.credentials().items()}
+    )
+
+
 @plan_app.command("validate")
 def plan_validate(
     path: Annotated[Path, typer.Argument(help="The plan file")],
@@ -101,8 +111,9 @@ def plan_validate(
 
     loaded = load_plan(path)
     plan = loaded.plan
-    files = {loc: file for name in plan.enabled_phases() for loc, file in open_phase(loaded, name).files().items()}
-    problems = plan_problems(loaded, files, offline)
+    phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
+    files = {loc: file for phase in phases for loc, file in phase.files().items()}
+    problems = plan_problems(loaded, files, _credential_vars(loaded, phases), offline)
     if problems:
         raise UsageError("\n".join(problems))
     out.print(
@@ -230,10 +241,10 @@ def plan_show(
     out.rule(f"plan {plan.name} ({path})")
     out.print(loaded.masked().rstrip(), markup=False, highlight=False)
     out.rule("what each phase will do")
-    for phase in plan.enabled_phases():
-        pause = " (pauses for approval first)" if phase in plan.approve_before else ""
-        summary = open_phase(loaded, phase).summary()
-        out.print(f"{phase}{pause}: {summary}", markup=False, highlight=False)
+    phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
+    for phase in phases:
+        pause = " (pauses for approval first)" if phase.name in plan.approve_before else ""
+        out.print(f"{phase.name}{pause}: {phase.summary()}", markup=False, highlight=False)
     t = loaded.target
     out.print(
         f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
@@ -241,7 +252,7 @@ def plan_show(
         markup=False,
         highlight=False,
     )
-    refs = sorted(loaded.env_refs | set(loaded.credential_vars().values()))
+    refs = sorted(loaded.env_refs | set(_credential_vars(loaded, phases).values()))
     if refs:
         out.rule("environment it reads (values never shown)")
         for name in refs:

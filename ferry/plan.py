@@ -356,23 +356,29 @@ class LoadedPlan:
         """A path the plan names, relative to the plan file unless absolute."""
         return Path(path) if Path(path).is_absolute() else (self.path.parent / path).resolve()
 
-    def credential_vars(self) -> dict[tuple, str]:
-        """Environment variables the plan takes secrets from (profiles, live IAM), by the field naming each."""
-        named: list[tuple[tuple, Credentials]] = [
-            (("profiles", alias, "credentials"), profile.credentials) for alias, profile in self.plan.profiles.items()
-        ]
-        if self.plan.source.iam and self.plan.source.iam.aws:
-            named.append((("source", "iam", "aws", "credentials"), self.plan.source.iam.aws.credentials))
-        return {
-            (*loc, field): value
-            for loc, credentials in named
-            for field, value in credentials.model_dump().items()
-            if field.endswith("_env") and value
+    def credentials(self) -> dict[tuple, Credentials]:
+        """The credentials the plan's own fields name (profiles, live IAM), by the field naming each; a phase's
+        settings name more (`Phase.credentials`)."""
+        named = {
+            ("profiles", alias, "credentials"): profile.credentials for alias, profile in self.plan.profiles.items()
         }
+        if self.plan.source.iam and self.plan.source.iam.aws:
+            named[("source", "iam", "aws", "credentials")] = self.plan.source.iam.aws.credentials
+        return named
 
     def masked(self) -> str:
         """The plan as written, ${NAME} references kept as references: nothing resolved is shown."""
         return yaml.safe_dump(self.raw, sort_keys=False, allow_unicode=True)
+
+
+def credential_vars(named: dict[tuple, Credentials]) -> dict[tuple, str]:
+    """The environment variables named credentials take secrets from, by the field naming each."""
+    return {
+        (*loc, field): value
+        for loc, credentials in named.items()
+        for field, value in credentials.model_dump().items()
+        if field.endswith("_env") and value
+    }
 
 
 def load_plan(path: Path) -> LoadedPlan:

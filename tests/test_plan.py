@@ -276,6 +276,24 @@ def test_plan_validate_refuses_what_cannot_run_here_unless_offline(tmp_path, mon
     assert code == 0 and "valid plan" in out, err
 
 
+def test_plan_validate_and_show_see_the_registry_logins_the_images_phase_names(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("REG_PASS", raising=False)
+    monkeypatch.setenv("REG_USER", "robot")
+    path = tmp_path / "migration.yaml"
+    path.write_text(
+        "name: logins\nsource: {storage: ./src, registry: registry.corp/ml}\n"
+        "target: {storage: ./dst, registry: registry.meta.example/ai}\n"
+        "phases:\n  images:\n    copy: [tool:1]\n    auth:\n"
+        "      registry.meta.example: {username_env: REG_USER, password_env: REG_PASS}\n"
+    )
+    (tmp_path / "src").mkdir()
+    code, _, err = run_cli("plan", "validate", str(path))
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{path}:8: phases.images.auth.registry.meta.example.password_env: REG_PASS is not set" in err
+    code, out, _ = run_cli("plan", "show", str(path), "--no-preflight")
+    assert "REG_PASS: NOT SET" in out and "REG_USER: set" in out and "robot" not in out
+
+
 def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(VALID)

@@ -23,6 +23,7 @@ from checks.preflight import preflight as plan_preflight
 from ferry.audit import AuditFolder
 from ferry.phase_registry import load_phase
 from ferry.plan import LoadedPlan, Plan
+from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
 
@@ -119,6 +120,11 @@ class Phase(abc.ABC):
 
     def files(self) -> dict[tuple, Path]:
         """The files and folders the phase reads, by the plan field naming each (`plan validate` checks they exist)."""
+        return {}
+
+    def credentials(self) -> dict[tuple, Credentials]:
+        """The credentials the phase's settings name, by the plan field naming each (`plan validate` checks their
+        variables are set, `plan show` lists them)."""
         return {}
 
     def inputs(self) -> dict[str, Any]:

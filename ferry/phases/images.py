@@ -300,6 +300,9 @@ class ImagesPhase(Phase):
                 )
             return self._registries[host]
 
+    def credentials(self) -> dict[tuple, Credentials]:
+        return {("phases", "images", "auth", host): auth for host, auth in self.settings.auth.items()}
+
     def _credentials(self, host: str) -> tuple[str | None, str | None]:
         """The username and password for host from what the plan names (None, None: the tools' defaults)."""
         auth = self.settings.auth.get(host)
