@@ -1,5 +1,6 @@
-"""The README runs as written: each plan snippet in it, merged into the demo plan, is a valid plan, the iam
-example passes its own gate on the shipped example exports, and the manifests example renders valid objects."""
+"""The README and docs/ run as written: each plan snippet in them, merged into the demo plan, is a valid plan,
+the iam example passes its own gate on the shipped example exports, and the manifests example renders valid
+objects."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from ferry.results import Status, gate_status
 from tests.support import ROOT
 
 DEMO = ROOT / "examples" / "demo" / "migration.yaml"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SNIPPETS = [
     yaml.safe_load(block)
-    for block in re.findall(r"^ *```yaml\n(.*?)^ *```", (ROOT / "README.md").read_text(), re.S | re.M)
+    for page in PAGES
+    for block in re.findall(r"^ *```yaml\n(.*?)^ *```", page.read_text(), re.S | re.M)
 ]
 
 
