@@ -1,24 +1,17 @@
-"""Read every IAM source a plan names and map its principals to the target's roles."""
+"""The IAM exports read and checked for the shape the mapping needs (`read_export`); the iam phase reads the
+sources its plan names with them and maps their principals to the target's roles."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 
 from ferry.errors import UsageError
-from ferry.iam.aws import aws_iam_call, aws_principals, fetch_aws_details
-from ferry.iam.azure import azure_principals, role_definitions
-from ferry.iam.ldap import ldap_principals
-from ferry.iam.model import Level, Mapping, Principal, map_principals
-
-if TYPE_CHECKING:
-    from ferry.phases.iam import IamSettings
-    from ferry.plan import LoadedPlan
 
 
 # The shapes of the exports, as far as the mapping reads them (an export holds more: that is let through). A
@@ -184,7 +177,7 @@ def _shape_problem(data: Any, errors: list[dict]) -> str:
     return f"{''.join(path) or '(top level)'}: {error['msg'].removeprefix('Value error, ')}"
 
 
-def _read_export(path: Path, field_name: str) -> Any:
+def read_export(path: Path, field_name: str) -> Any:
     where = f"source.iam.{field_name}: {path}"
     try:
         text = path.read_bytes().decode("utf-8")
@@ -210,62 +203,3 @@ def _read_export(path: Path, field_name: str) -> Any:
         if error["loc"] and not (error["loc"] == ("UserDetailList",) and error["type"] == "missing"):
             raise UsageError(f"{where}: {_shape_problem(data, exc.errors())}") from None
     return data
-
-
-def read_sources(loaded: LoadedPlan, settings: IamSettings, namespace: str) -> Mapping:
-    """Read every IAM source the plan names and map its principals to the target's roles in namespace."""
-    sources = loaded.plan.source.iam
-    assert sources is not None
-    principals: list[Principal] = []
-    skipped: list[str] = []
-    if sources.aws is not None:
-        if sources.aws.export:
-            details = _read_export(loaded.resolve(sources.aws.export), "aws.export")
-            if not isinstance(details, dict) or "UserDetailList" not in details:
-                raise UsageError(
-                    f"source.iam.aws.export: {sources.aws.export}: not the output of "
-                    "`aws iam get-account-authorization-details`"
-                )
-        else:
-            details = aws_iam_call(sources.aws, fetch_aws_details)
-        found, not_carried = aws_principals(details, settings.aws_services, settings.assume_conditions)
-        principals += found
-        skipped += not_carried
-    if sources.azure_export:
-        assignments = _read_export(loaded.resolve(sources.azure_export), "azure_export")
-        if not isinstance(assignments, list):
-            raise UsageError(
-                f"source.iam.azure_export: {sources.azure_export}: not the output of "
-                "`az role assignment list --all` (a JSON list)"
-            )
-        definitions = (
-            role_definitions(
-                _read_export(loaded.resolve(sources.azure_role_definitions), "azure_role_definitions"),
-                f"source.iam.azure_role_definitions: {sources.azure_role_definitions}",
-            )
-            if sources.azure_role_definitions
-            else {}
-        )
-        members = (
-            _read_export(loaded.resolve(sources.azure_group_members), "azure_group_members")
-            if sources.azure_group_members
-            else None
-        )
-        found, not_carried = azure_principals(
-            assignments,
-            {k: Level.parse(v) for k, v in settings.azure_roles.items()},
-            definitions,
-            members,
-            f"source.iam.azure_group_members: {sources.azure_group_members}",
-        )
-        principals += found
-        skipped += not_carried
-    if settings.ldap_groups and not sources.ldif:
-        raise UsageError("phases.iam.ldap_groups: the plan names no source.iam.ldif to find the groups in")
-    if sources.ldif:
-        ldif = _read_export(loaded.resolve(sources.ldif), "ldif")
-        levels = {k: Level.parse(v) for k, v in settings.ldap_groups.items()}
-        principals += ldap_principals(ldif, levels, f"source.iam.ldif: {loaded.resolve(sources.ldif)}")
-    return map_principals(
-        principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped, settings.subjects
-    )

@@ -30,12 +30,15 @@ from checks.iam import (
 )
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
-from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS
-from ferry.iam.model import Level, Mapping, published_bindings, render_rbac
-from ferry.iam.sources import read_sources
+from ferry.errors import UsageError
+from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS, aws_iam_call, aws_principals, fetch_aws_details
+from ferry.iam.azure import azure_principals, role_definitions
+from ferry.iam.ldap import ldap_principals
+from ferry.iam.model import Level, Mapping, Principal, map_principals, published_bindings, render_rbac
+from ferry.iam.sources import read_export
 from ferry.interrupts import failpoint
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
-from ferry.plan import DNS_LABEL, Plan
+from ferry.plan import DNS_LABEL, LoadedPlan, Plan
 from ferry.results import CheckResult
 
 log = structlog.get_logger("ferry.phases.iam")
@@ -277,3 +280,62 @@ class IamPhase(Phase):
         done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
         log.warning("rolled back the iam phase", done=undo.text)
         return undo
+
+
+def read_sources(loaded: LoadedPlan, settings: IamSettings, namespace: str) -> Mapping:
+    """Read every IAM source the plan names and map its principals to the target's roles in namespace."""
+    sources = loaded.plan.source.iam
+    assert sources is not None
+    principals: list[Principal] = []
+    skipped: list[str] = []
+    if sources.aws is not None:
+        if sources.aws.export:
+            details = read_export(loaded.resolve(sources.aws.export), "aws.export")
+            if not isinstance(details, dict) or "UserDetailList" not in details:
+                raise UsageError(
+                    f"source.iam.aws.export: {sources.aws.export}: not the output of "
+                    "`aws iam get-account-authorization-details`"
+                )
+        else:
+            details = aws_iam_call(sources.aws, fetch_aws_details)
+        found, not_carried = aws_principals(details, settings.aws_services, settings.assume_conditions)
+        principals += found
+        skipped += not_carried
+    if sources.azure_export:
+        assignments = read_export(loaded.resolve(sources.azure_export), "azure_export")
+        if not isinstance(assignments, list):
+            raise UsageError(
+                f"source.iam.azure_export: {sources.azure_export}: not the output of "
+                "`az role assignment list --all` (a JSON list)"
+            )
+        definitions = (
+            role_definitions(
+                read_export(loaded.resolve(sources.azure_role_definitions), "azure_role_definitions"),
+                f"source.iam.azure_role_definitions: {sources.azure_role_definitions}",
+            )
+            if sources.azure_role_definitions
+            else {}
+        )
+        members = (
+            read_export(loaded.resolve(sources.azure_group_members), "azure_group_members")
+            if sources.azure_group_members
+            else None
+        )
+        found, not_carried = azure_principals(
+            assignments,
+            {k: Level.parse(v) for k, v in settings.azure_roles.items()},
+            definitions,
+            members,
+            f"source.iam.azure_group_members: {sources.azure_group_members}",
+        )
+        principals += found
+        skipped += not_carried
+    if settings.ldap_groups and not sources.ldif:
+        raise UsageError("phases.iam.ldap_groups: the plan names no source.iam.ldif to find the groups in")
+    if sources.ldif:
+        ldif = read_export(loaded.resolve(sources.ldif), "ldif")
+        levels = {k: Level.parse(v) for k, v in settings.ldap_groups.items()}
+        principals += ldap_principals(ldif, levels, f"source.iam.ldif: {loaded.resolve(sources.ldif)}")
+    return map_principals(
+        principals, namespace, loaded.target.rbac_roles, settings.overrides, skipped, settings.subjects
+    )
