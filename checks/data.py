@@ -51,7 +51,7 @@ class DataTally:
             "changed_after_copy": 0,
             "checksum_mismatch": 0,
             "extra_in_target": 0,
-            "verified_by_ledger": 0,
+            "verified_by_state": 0,
             "verified_by_stored_checksum": 0,
             "verified_by_reading": 0,
             "could_not_compare": 0,
@@ -86,7 +86,7 @@ class DataTally:
         if action.src is None:
             self.problem("extra_in_target", action.key)
         elif action.kind == SKIP:
-            self.counts["verified_by_ledger"] += 1
+            self.counts["verified_by_state"] += 1
         elif action.kind == COMPARE:
             self.counts["verified_by_reading" if action.reason == "--checksum" else "verified_by_stored_checksum"] += 1
 
@@ -120,7 +120,7 @@ def check_data(
                 tally.problem("missing", key)
             elif cur_s.size != cur_d.size:
                 tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
-            elif verdict := _by_ledger(cur_s, cur_d, record, deep):
+            elif verdict := _by_state(cur_s, cur_d, record, deep):
                 _count(verdict, tally)  # settled without a request: no thread needed
             else:
                 pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
@@ -139,7 +139,7 @@ def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
         tally.problem(kind, key, detail)
 
 
-def _by_ledger(
+def _by_state(
     src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None, deep: bool
 ) -> tuple[str, str, str] | None:
     """The outcome the state's record gives an equal-sized pair without a request, or None if it takes
@@ -150,7 +150,7 @@ def _by_ledger(
         return "changed_after_copy", src.key, "the target object was rewritten after ferry verified it"
     if record.src_sig != src.signature:
         return "changed_after_copy", src.key, "the source object changed after the copy"
-    return None if deep else ("verified_by_ledger", src.key, "")
+    return None if deep else ("verified_by_state", src.key, "")
 
 
 def _compare(

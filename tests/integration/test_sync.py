@@ -86,7 +86,7 @@ def test_local_to_s3_copies_verifies_and_resyncs_nothing(moto_env, tmp_path) -> 
     again = sync(str(tmp_path / "src"), f"s3://{bucket}/data", tmp_path / "state")
     assert (again.stats.copied, again.stats.skipped, again.stats.bytes_read) == (0, len(held), 0)
     assert again.gate.status == Status.PASS
-    assert again.gate.measured["verified_by_ledger"] == len(held)
+    assert again.gate.measured["verified_by_state"] == len(held)
     assert again.gate.evidence[0].startswith("judged from this run's listing")
 
 
