@@ -254,27 +254,14 @@ def builtin_targets() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
 
 
-_RENAMED_KEYS = ("base_image", "sdk_install")
-
-
-def _renamed_keys(data: dict) -> dict:
-    """Profiles of ferry 0.1 named one base image and pip lines: say which keys replaced them."""
-    for key in _RENAMED_KEYS:
-        if key in data:
-            raise FieldProblem(
-                (key,), "replaced by base_images (rules: [{match, to}]) and sdk_steps (Dockerfile lines)"
-            )
-    return data
-
-
 def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
     """A built-in target profile by name, or a user's YAML profile by path (relative to the plan)."""
     if "/" not in ref and not ref.endswith((".yaml", ".yml")):
         if ref not in builtin_targets():  # (a name, not a file looked for: it may be no file name at all)
             raise UsageError(f"target profile {ref!r} is not built in ({', '.join(builtin_targets())}) nor a path")
-        return load_yaml_model(TARGETS_DIR / f"{ref}.yaml", TargetProfile, transform=_renamed_keys)
+        return load_yaml_model(TARGETS_DIR / f"{ref}.yaml", TargetProfile)
     path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
-    return load_yaml_model(path, TargetProfile, transform=_renamed_keys)
+    return load_yaml_model(path, TargetProfile)
 
 
 def secret_like(name: str) -> bool:

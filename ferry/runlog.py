@@ -2,8 +2,7 @@
 
 It is the pipeline's record, apart from the transfer state (objects, multipart uploads and
 parts, kept per shard beside the engine), so that shards can run on other workers while the
-run log stays with the pipeline. A state directory written by ferry 0.1, where both lived in
-one `ledger.sqlite`, has its runs, phases and commits copied into the run log on first open.
+run log stays with the pipeline.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FILE = "runlog.sqlite"
-# ferry 0.1 kept the run log and the transfer state in one file.
-LEGACY_FILE = "ledger.sqlite"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS phases (
@@ -64,43 +61,17 @@ class RunRecord:
     detail: str
 
 
-def _migrate_legacy(conn: sqlite3.Connection, legacy: Path) -> None:
-    """Copy the run log out of a ferry 0.1 ledger; its committed phases start the commit history."""
-    conn.execute("ATTACH DATABASE ? AS legacy", (f"file:{legacy}?mode=ro",))
-    try:
-        tables = {row[0] for row in conn.execute("SELECT name FROM legacy.sqlite_master WHERE type = 'table'")}
-        with conn:
-            conn.execute("BEGIN")
-            if "phases" in tables:
-                conn.execute("INSERT OR IGNORE INTO phases SELECT * FROM legacy.phases")
-            if "commits" in tables:
-                conn.execute("INSERT OR IGNORE INTO commits SELECT * FROM legacy.commits")
-            if "runs" in tables:
-                conn.execute("INSERT OR IGNORE INTO runs SELECT * FROM legacy.runs")
-            # Ledgers written before the commit history: their committed phases are its first entries.
-            conn.execute(
-                "INSERT OR IGNORE INTO commits SELECT plan, phase, run_id, input_hash, updated, 0 FROM phases"
-                " WHERE status = 'committed'"
-            )
-    finally:
-        conn.execute("DETACH DATABASE legacy")
-
-
 class RunLog:
     """One state directory's run log; safe to share between threads."""
 
     def __init__(self, state_dir: Path):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / FILE
-        new = not self.path.exists()
         self._conn = sqlite3.connect(
             f"file:{self.path}", uri=True, timeout=30, check_same_thread=False, isolation_level=None
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
-        legacy = state_dir / LEGACY_FILE
-        if new and legacy.exists():
-            _migrate_legacy(self._conn, legacy)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.errors import UsageError
 from ferry.phases.iam import namespace
 from ferry.plan import load_plan
 from tests.support import run_cli
@@ -102,18 +101,6 @@ def test_meta_compute_profile_carries_the_platform_guidance(tmp_path) -> None:
         "meta-cloud-registry.io/base/pytorch-meta:2026-latest",
     )
     assert target.sdk_steps == ["RUN pip install meta-compute-sdk --upgrade"]
-
-
-@pytest.mark.parametrize("key", ["base_image: registry.local/pytorch:1", "sdk_install: [pip install x]"])
-def test_profile_with_old_keys_names_the_new_ones(tmp_path, key) -> None:
-    (tmp_path / "old.yaml").write_text(f"name: old\ngpu_resource: amd.com/gpu\n{key}\n")
-    path = tmp_path / "migration.yaml"
-    path.write_text(VALID.replace("profile: meta-compute", "profile: ./old.yaml"))
-    with pytest.raises(UsageError) as err:
-        load_plan(path)
-    message = str(err.value)
-    assert "\n" not in message
-    assert f"old.yaml:3: {key.split(':')[0]}: replaced by base_images" in message and "sdk_steps" in message
 
 
 def swap(old: str, new: str) -> str:

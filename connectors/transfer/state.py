@@ -6,9 +6,6 @@ says which one it holds. A killed run resumes from it: finished objects are skip
 a multipart upload picks up its upload id and re-sends only the parts that were not recorded. Parts
 are committed one by one (they are large and few); finished objects are committed in batches,
 because a finished object that was not yet committed is found equal by the next diff anyway.
-
-A state directory written by ferry 0.1 kept every pair's state in one `ledger.sqlite`: a shard's
-file, when it is created, takes from it (opened read-only) that pair's rows under the shard's prefix.
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ from ferry.errors import PermanentError
 from ferry.interrupts import failpoint
 
 FOLDER = "transfers"
-# ferry 0.1's one file for the transfer state of every pair (and the run log, which ferry/runlog.py takes).
-LEGACY_FILE = "ledger.sqlite"
 
 _SCHEMA = """
--- The shard this file holds: written once, in the transaction that takes its rows from a ferry 0.1 ledger.
+-- The shard this file holds: written once, when the file is created.
 CREATE TABLE IF NOT EXISTS shard (source TEXT NOT NULL, target TEXT NOT NULL, prefix TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS objects (
     key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL, dst_sig TEXT NOT NULL, checksum TEXT
@@ -46,14 +41,6 @@ CREATE TABLE IF NOT EXISTS parts (
     PRIMARY KEY (key, upload_id, number)
 ) WITHOUT ROWID;
 """
-# One pair's rows under one prefix in a ferry 0.1 ledger: its objects, and its uploads with their parts.
-_UNDER = "job = :job AND substr(key, 1, length(:prefix)) = :prefix"
-_MIGRATE = (
-    f"INSERT OR IGNORE INTO objects SELECT key, size, src_sig, dst_sig, checksum FROM legacy.objects WHERE {_UNDER}",
-    f"INSERT OR IGNORE INTO uploads SELECT key, upload_id, size, src_sig, part_size FROM legacy.uploads WHERE {_UNDER}",
-    "INSERT OR IGNORE INTO parts SELECT key, upload_id, number, size, etag, crc32c"
-    f" FROM legacy.parts WHERE {_UNDER} AND (job, key, upload_id) IN (SELECT job, key, upload_id FROM legacy.uploads)",
-)
 _BATCH_ROWS = 512
 _BATCH_SECONDS = 0.5
 
@@ -79,8 +66,7 @@ class UploadRecord:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    # A URI, so that the legacy ledger can be attached read-only.
-    conn = sqlite3.connect(path.resolve().as_uri(), uri=True, timeout=30, check_same_thread=False, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -95,34 +81,19 @@ class TransferState:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
-        self._start(state_dir / LEGACY_FILE, source_url, target_url, prefix)
+        self._start(source_url, target_url, prefix)
         # Two locks: workers appending finished objects never wait behind a SQLite write.
         self._lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: list[tuple] = []
         self._flushed_at = time.monotonic()
 
-    def _start(self, legacy: Path, source_url: str, target_url: str, prefix: str) -> None:
-        """Name the shard in a new file, with its rows from a ferry 0.1 ledger if there is one; once."""
-        attached = legacy.exists()
-        if attached:
-            self._conn.execute("ATTACH DATABASE ? AS legacy", (legacy.resolve().as_uri() + "?mode=ro",))
-        try:
-            with self._conn:
-                self._conn.execute("BEGIN IMMEDIATE")
-                if self._conn.execute("SELECT 1 FROM shard").fetchone() is not None:
-                    return
+    def _start(self, source_url: str, target_url: str, prefix: str) -> None:
+        """Name the shard in a new file; once."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            if self._conn.execute("SELECT 1 FROM shard").fetchone() is None:
                 self._conn.execute("INSERT INTO shard VALUES (?, ?, ?)", (source_url, target_url, prefix))
-                if attached and {"objects", "uploads", "parts"} <= {
-                    row[0] for row in self._conn.execute("SELECT name FROM legacy.sqlite_master")
-                }:
-                    # ferry 0.1 named a pair by its two URLs.
-                    names = {"job": f"{source_url} -> {target_url}", "prefix": prefix}
-                    for statement in _MIGRATE:
-                        self._conn.execute(statement, names)
-        finally:
-            if attached:
-                self._conn.execute("DETACH DATABASE legacy")
 
     def close(self) -> None:
         self.flush()

@@ -46,7 +46,7 @@ class DataSyncSettings(Settings):
     checksum: bool = False
     # How long each request keeps retrying a transient error (throttling, 5xx, resets, timeouts) before its object
     # fails, and at most how many attempts (none: the budget decides). How hard it tries, not what it produces:
-    # left out of the input hash (exclude), which stays what ferry 0.1 computed.
+    # left out of the input hash (exclude), which stays what was pinned at commit 4138b9e.
     retry_budget_s: float = Field(default=TransferSettings.retry_budget_s, ge=0, le=86400, exclude=True)
     retries: int | None = Field(default=TransferSettings.retries, ge=1, le=10_000, exclude=True)
     # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.

@@ -328,42 +328,6 @@ def test_stopped_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, t
     assert client.get_object(Bucket=bucket, Key="p/ckpt.bin")["Body"].read() == data
 
 
-def test_an_upload_in_flight_in_a_ferry_0_1_ledger_resumes_mid_object(moto_env, tmp_path) -> None:
-    import sqlite3
-
-    from connectors.transfer import part_size_for
-    from tests.connectors.test_state import LEGACY_SCHEMA
-
-    (tmp_path / "src").mkdir()
-    source_url, bucket = str(tmp_path / "src"), new_bucket(moto_env.endpoint)
-    source, target = open_connector(source_url, {}), open_connector(f"s3://{bucket}/p", {})
-    part = part_size_for(1, SETTINGS, target)
-    data = os.urandom(3 * part + 17)
-    (tmp_path / "src" / "ckpt.bin").write_bytes(data)
-    # What ferry 0.1 left when it was killed: an upload begun, two parts sent and recorded.
-    info = source.stat("ckpt.bin")
-    upload_id = target.begin("ckpt.bin", WriteSpec(content_type=info.content_type, metadata={}), part)
-    sent = [target.put_part("ckpt.bin", upload_id, n, data[(n - 1) * part : n * part]) for n in (1, 2)]
-    job = f"{source.url} -> {target.url}"
-    (tmp_path / "state").mkdir()
-    with sqlite3.connect(tmp_path / "state" / "ledger.sqlite") as conn:
-        conn.executescript(LEGACY_SCHEMA)
-        conn.execute(
-            "INSERT INTO uploads VALUES (?, 'ckpt.bin', ?, ?, ?, ?)", (job, upload_id, len(data), info.signature, part)
-        )
-        conn.executemany(
-            "INSERT INTO parts VALUES (?, 'ckpt.bin', ?, ?, ?, ?, ?)",
-            [(job, upload_id, p.number, p.size, p.etag, p.crc32c) for p in sent],
-        )
-    conn.close()
-
-    result = sync(source_url, f"s3://{bucket}/p", tmp_path / "state")
-    assert result.ok, result.stats.failures
-    assert (result.stats.resumed_uploads, result.stats.parts_resumed) == (1, 2)
-    assert result.stats.bytes_read == len(data) - 2 * part
-    assert bucket_objects(moto_env.endpoint, bucket, "p/") == {"ckpt.bin": data}
-
-
 def test_abort_incomplete_removes_orphaned_uploads(moto_env, tmp_path) -> None:
     import subprocess
     import sys

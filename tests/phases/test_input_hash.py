@@ -1,5 +1,5 @@
-"""The input hash: what makes a committed phase "done". Hashes of ferry 0.1 are pinned byte for byte,
-so no user's next run redoes a committed phase because the code moved."""
+"""The input hash: what makes a committed phase "done". Hashes computed at commit 4138b9e are pinned byte for
+byte, so no user's next run redoes a committed phase because the code moved."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from ferry.phases.base import open_phase
 from ferry.plan import load_plan
 
-# The hash covers absolute paths of export files: ferry 0.1 computed the pins with the plans in this folder. The
+# The hash covers absolute paths of export files: the pins were computed with the plans in this folder. The
 # test writes them to its own temporary folder and names the files as if they were there (nothing is written here).
 PINNED_AT = "/tmp/ferry-input-hash-pin"
 
@@ -67,7 +67,7 @@ FILES = {
     "memberUid: alice\n",
     "azure.json": "[]\n",
 }
-# Computed by ferry 0.1 (commit 4138b9e, LoadedPlan.input_hash) from exactly these files. The iam phase's moved
+# Computed at commit 4138b9e (LoadedPlan.input_hash) from exactly these files. The iam phase's moved
 # on purpose when it started evaluating effective permissions (its settings and gate grew): a mapping committed
 # under the old rules is mapped again; this pin keeps it from moving by accident from now on.
 PINNED = {
