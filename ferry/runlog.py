@@ -11,6 +11,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 FILE = "runlog.sqlite"
@@ -35,15 +36,39 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+class PhaseStatus(StrEnum):
+    """A phase's latest outcome for a plan, as the run log stores it (its value) and `ferry status` shows it."""
+
+    RUNNING = "running"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    NOT_APPROVED = "not_approved"
+    COMMITTED = "committed"
+    UNCHANGED = "unchanged"  # the run changed nothing: the target already held it
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"  # nothing undone: the next run resumes it
+    ROLLING_BACK = "rolling_back"
+    ROLLBACK_INTERRUPTED = "rollback_interrupted"
+    ROLLBACK_FAILED = "rollback_failed"
+    ROLLED_BACK = "rolled_back"
+
+
+class RunStatus(StrEnum):
+    """A run's outcome, as the run log stores it."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True, slots=True)
 class PhaseRecord:
-    """A phase's last outcome for a plan: running, waiting_for_approval, not_approved, committed, unchanged,
-    interrupted, failed (nothing undone), rolling_back, rollback_interrupted, rollback_failed or rolled_back."""
+    """A phase's latest outcome for a plan."""
 
     plan: str
     phase: str
     input_hash: str
-    status: str
+    status: PhaseStatus
     run_id: str
     updated: float
     detail: str
@@ -53,12 +78,20 @@ class PhaseRecord:
 class RunRecord:
     run_id: str
     plan: str
-    status: str
+    status: RunStatus
     started: float
     updated: float
     audit_dir: str
     flow_run_id: str
     detail: str
+
+
+def _phase_record(row: tuple) -> PhaseRecord:
+    return PhaseRecord(*row[:3], PhaseStatus(row[3]), *row[4:])
+
+
+def _run_record(row: tuple) -> RunRecord:
+    return RunRecord(*row[:2], RunStatus(row[2]), *row[3:])
 
 
 class RunLog:
@@ -81,14 +114,16 @@ class RunLog:
     def phase(self, plan: str, phase: str) -> PhaseRecord | None:
         with self._lock:
             row = self._conn.execute("SELECT * FROM phases WHERE plan = ? AND phase = ?", (plan, phase)).fetchone()
-        return PhaseRecord(*row) if row else None
+        return _phase_record(row) if row else None
 
     def phases(self, plan: str) -> list[PhaseRecord]:
         with self._lock:
             rows = self._conn.execute("SELECT * FROM phases WHERE plan = ?", (plan,)).fetchall()
-        return [PhaseRecord(*row) for row in rows]
+        return [_phase_record(row) for row in rows]
 
-    def set_phase(self, plan: str, phase: str, input_hash: str, status: str, run_id: str, detail: str = "") -> None:
+    def set_phase(
+        self, plan: str, phase: str, input_hash: str, status: PhaseStatus, run_id: str, detail: str = ""
+    ) -> None:
         """Record a phase's latest outcome; a commit also joins the phase's commit history."""
         now = time.time()
         with self._lock, self._conn:
@@ -97,7 +132,7 @@ class RunLog:
                 "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (plan, phase, input_hash, status, run_id, now, detail),
             )
-            if status == "committed":
+            if status == PhaseStatus.COMMITTED:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO commits VALUES (?, ?, ?, ?, ?, 0)", (plan, phase, run_id, input_hash, now)
                 )
@@ -124,7 +159,7 @@ class RunLog:
             ).fetchone()
             self._conn.execute(
                 "INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (plan, phase, row[0] if row else "", "rolled_back", run_id, time.time(), detail),
+                (plan, phase, row[0] if row else "", PhaseStatus.ROLLED_BACK, run_id, time.time(), detail),
             )
 
     def start_run(self, run_id: str, plan: str, audit_dir: str, flow_run_id: str = "") -> None:
@@ -132,10 +167,10 @@ class RunLog:
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, plan, "running", now, now, audit_dir, flow_run_id, ""),
+                (run_id, plan, RunStatus.RUNNING, now, now, audit_dir, flow_run_id, ""),
             )
 
-    def end_run(self, run_id: str, status: str, detail: str = "") -> None:
+    def end_run(self, run_id: str, status: RunStatus, detail: str = "") -> None:
         with self._lock:
             self._conn.execute(
                 "UPDATE runs SET status = ?, updated = ?, detail = ? WHERE run_id = ?",
@@ -147,9 +182,9 @@ class RunLog:
             rows = self._conn.execute(
                 "SELECT * FROM runs WHERE plan = ? ORDER BY started DESC LIMIT ?", (plan, limit)
             ).fetchall()
-        return [RunRecord(*row) for row in rows]
+        return [_run_record(row) for row in rows]
 
     def run(self, run_id: str) -> RunRecord | None:
         with self._lock:
             row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return RunRecord(*row) if row else None
+        return _run_record(row) if row else None

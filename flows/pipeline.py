@@ -33,7 +33,7 @@ from ferry.phases.base import Phase, open_phase, preflight
 from ferry.phases.rollback import PENDING, UNFINISHED, resume, resumed_runs, roll_back
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
-from ferry.runlog import RunLog
+from ferry.runlog import PhaseStatus, RunLog, RunStatus
 from flows.phase import phase_flow
 
 log = structlog.get_logger("ferry.flows.pipeline")
@@ -67,13 +67,13 @@ def _approve(phase: Phase, run_id: str, timeout_s: int, runlog: RunLog, digest: 
         key=f"approval-{name.replace('_', '-')}",
         description=f"what {name} will change",
     )
-    runlog.set_phase(plan, name, digest, "waiting_for_approval", run_id, changes.text)
+    runlog.set_phase(plan, name, digest, PhaseStatus.WAITING_FOR_APPROVAL, run_id, changes.text)
     log.warning(f"{name} waits for approval: {changes.text} To approve: ferry approve {run_id}", timeout_s=timeout_s)
     try:
         pause_flow_run(timeout=timeout_s, poll_interval=2)
     except FlowPauseTimeout:
         message = f"approval for {name} timed out after {timeout_s} s; nothing was changed"
-        runlog.set_phase(plan, name, digest, "not_approved", run_id, message)
+        runlog.set_phase(plan, name, digest, PhaseStatus.NOT_APPROVED, run_id, message)
         raise FerryError(message) from None
     log.info("approved", phase=name)
 
@@ -117,13 +117,13 @@ def _migrate(
                     continue
                 structlog.contextvars.bind_contextvars(phase=phase)
                 outcomes[phase] = _phase(open_phase(loaded, phase), audit, runlog, run_id, force, approval_timeout_s)
-        runlog.end_run(run_id, "completed")
+        runlog.end_run(run_id, RunStatus.COMPLETED)
     except Interrupted as exc:
         # Also between phases (preflight, an approval wait): nothing is rolled back, the same command resumes.
-        runlog.end_run(run_id, "interrupted", str(exc))
+        runlog.end_run(run_id, RunStatus.INTERRUPTED, str(exc))
         raise
     except BaseException as exc:
-        runlog.end_run(run_id, "failed", str(exc))
+        runlog.end_run(run_id, RunStatus.FAILED, str(exc))
         raise
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "phase")
@@ -165,7 +165,7 @@ def _phase(
         last = runlog.phase(plan, phase)
         if last is not None and last.status in PENDING:
             raise FerryError(f"{phase}: the rollback run {last.run_id} decided is still not finished ({last.detail})")
-    unchanged = last and last.status in ("committed", "unchanged") and last.input_hash == digest
+    unchanged = last and last.status in (PhaseStatus.COMMITTED, PhaseStatus.UNCHANGED) and last.input_hash == digest
     if unchanged and not runner.live_inputs and phase not in (force or []):
         log.info("phase already committed with the same inputs: skipped", committed_by=last.run_id)
         return "skipped"
@@ -180,39 +180,43 @@ def _phase(
             with _interrupts_as_one():
                 _approve(runner, run_id, approval_timeout_s, runlog, digest)
         except Interrupted as exc:
-            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc} waiting for approval: nothing changed")
+            runlog.set_phase(
+                plan, phase, digest, PhaseStatus.INTERRUPTED, run_id, f"{exc} waiting for approval: nothing changed"
+            )
             raise
-    runlog.set_phase(plan, phase, digest, "running", run_id)
+    runlog.set_phase(plan, phase, digest, PhaseStatus.RUNNING, run_id)
     try:
         with _interrupts_as_one():
             outcome, changed = _run_phase(runner, audit, runlog, run_id, digest)
     except Interrupted as exc:
         record = runlog.phase(plan, phase)
-        if record is not None and (record.status, record.run_id) == ("running", run_id):
+        if record is not None and (record.status, record.run_id) == (PhaseStatus.RUNNING, run_id):
             # Not after a rollback began: that one recorded where it stands itself.
             log.warning("interrupted: nothing is rolled back; run the same command again to resume")
-            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
+            runlog.set_phase(plan, phase, digest, PhaseStatus.INTERRUPTED, run_id, f"{exc}; run again to resume")
         raise
     except Exception as exc:
         record = runlog.phase(plan, phase)
-        if record is not None and (record.status, record.run_id) == ("running", run_id):
+        if record is not None and (record.status, record.run_id) == (PhaseStatus.RUNNING, run_id):
             # Neither a gate's FAIL nor a failed step (those rolled back and say so): nothing is undone.
-            runlog.set_phase(plan, phase, digest, "failed", run_id, f"{exc}; nothing was rolled back: run again")
+            runlog.set_phase(
+                plan, phase, digest, PhaseStatus.FAILED, run_id, f"{exc}; nothing was rolled back: run again"
+            )
         raise
     try:
         with deferred() as held:
             # The commit record is written whole: an interrupt now is delivered once it is.
             failpoint(f"{runner.name}:commit", held)
             if changed:
-                runlog.set_phase(plan, phase, digest, "committed", run_id, outcome)
+                runlog.set_phase(plan, phase, digest, PhaseStatus.COMMITTED, run_id, outcome)
             else:
                 # No commit: `ferry rollback` never undoes a run that changed nothing.
                 log.info("nothing changed: no commit recorded")
-                runlog.set_phase(plan, phase, digest, "unchanged", run_id, outcome)
+                runlog.set_phase(plan, phase, digest, PhaseStatus.UNCHANGED, run_id, outcome)
     except Interrupted as exc:  # a second signal, before the record was written
         record = runlog.phase(plan, phase)
-        if record is not None and (record.status, record.run_id) == ("running", run_id):
-            runlog.set_phase(plan, phase, digest, "interrupted", run_id, f"{exc}; run again to resume")
+        if record is not None and (record.status, record.run_id) == (PhaseStatus.RUNNING, run_id):
+            runlog.set_phase(plan, phase, digest, PhaseStatus.INTERRUPTED, run_id, f"{exc}; run again to resume")
         raise
     return outcome
 

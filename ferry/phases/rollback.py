@@ -20,13 +20,19 @@ from ferry.audit import AuditFolder
 from ferry.errors import FerryError, Interrupted, RollbackInterrupted, UsageError
 from ferry.interrupts import deferred, one_by_one
 from ferry.phases.base import Phase, Undo
-from ferry.runlog import RunLog
+from ferry.runlog import PhaseStatus, RunLog
 
 # A phase record in one of these is a rollback ferry decided and has not finished: it is finished first.
-PENDING = ("rolling_back", "rollback_interrupted", "rollback_failed")
+PENDING = (PhaseStatus.ROLLING_BACK, PhaseStatus.ROLLBACK_INTERRUPTED, PhaseStatus.ROLLBACK_FAILED)
 # A phase record in one of these is a run that may have changed the target (or resumed runs that did) and
 # stopped before its end: the next run takes it over (`resumed.json`).
-UNFINISHED = ("running", "interrupted", "failed", "waiting_for_approval", "not_approved")
+UNFINISHED = (
+    PhaseStatus.RUNNING,
+    PhaseStatus.INTERRUPTED,
+    PhaseStatus.FAILED,
+    PhaseStatus.WAITING_FOR_APPROVAL,
+    PhaseStatus.NOT_APPROVED,
+)
 # In a run's audit folder of a phase: the earlier runs whose unfinished work this run took over.
 RESUMED = "resumed.json"
 # How many of a rollback's items are shown before the rest goes to a file.
@@ -101,7 +107,7 @@ def roll_back(
     finish = f"`ferry rollback --phase {name}` (or the same run again) finishes it"
     before = runlog.phase(plan, name)
     with deferred() as held:
-        runlog.set_phase(plan, name, input_hash, "rolling_back", run_id, why)
+        runlog.set_phase(plan, name, input_hash, PhaseStatus.ROLLING_BACK, run_id, why)
         try:
             if announced is None:
                 preview = undo(phase, audit_root, dry_run=True)
@@ -113,7 +119,7 @@ def roll_back(
             done = undo(phase, audit_root, force=force, stopping=held)
         except Interrupted as exc:
             held.signum = None
-            runlog.set_phase(plan, name, input_hash, "rollback_interrupted", run_id, f"{why}; {finish}")
+            runlog.set_phase(plan, name, input_hash, PhaseStatus.ROLLBACK_INTERRUPTED, run_id, f"{why}; {finish}")
             raise RollbackInterrupted(
                 exc.signum, f"the rollback of {name} stopped between two items; {finish}"
             ) from None
@@ -123,17 +129,24 @@ def roll_back(
                 runlog.set_phase(plan, name, before.input_hash, before.status, before.run_id, before.detail)
             raise
         except FerryError as exc:
-            runlog.set_phase(plan, name, input_hash, "rollback_failed", run_id, f"{why}; rollback: {exc}; {finish}")
+            runlog.set_phase(
+                plan, name, input_hash, PhaseStatus.ROLLBACK_FAILED, run_id, f"{why}; rollback: {exc}; {finish}"
+            )
             raise
         say(f"rolled back {name} of run {run_id}: {done.text}")
         if done.failed:
             runlog.set_phase(
-                plan, name, input_hash, "rollback_failed", run_id, f"{why}; {done.failed} item(s) failed; {finish}"
+                plan,
+                name,
+                input_hash,
+                PhaseStatus.ROLLBACK_FAILED,
+                run_id,
+                f"{why}; {done.failed} item(s) failed; {finish}",
             )
         elif (runlog.live_commit(plan, name) or ("",))[0] == run_id:
             runlog.roll_back_commit(plan, name, run_id, why)
         else:
-            runlog.set_phase(plan, name, input_hash, "rolled_back", run_id, why)
+            runlog.set_phase(plan, name, input_hash, PhaseStatus.ROLLED_BACK, run_id, why)
         if held.signum is not None:
             signum, held.signum = held.signum, None
             raise RollbackInterrupted(signum, f"the rollback of {name} had finished: {done.text}")
