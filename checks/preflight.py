@@ -220,5 +220,5 @@ def preflight(loaded: LoadedPlan) -> list[CheckResult]:
             results += check_registry(role, side.registry, getattr(images, "insecure_registries", ()))
         if side.cluster:
             results += check_cluster(role, side.cluster, loaded)
-    results.append(check_state_dir_writable(loaded.state_dir / "state"))
+    results.append(check_state_dir_writable(loaded.layout.state))
     return results

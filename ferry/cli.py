@@ -28,6 +28,7 @@ from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, Interrupted, UsageError
 from ferry.images import read_dockerfile, rebase
+from ferry.layout import StateLayout
 from ferry.lock import Busy, held
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
@@ -331,7 +332,7 @@ def run_plan(
         raise
     except FerryError as exc:
         if not logs.json_output():
-            _print_gates(loaded.state_dir / "runs" / run_id)
+            _print_gates(loaded.layout.run(run_id))
             _print_status(loaded)
         # A usage error the flow finds (e.g. an approval with no server to wait on) stays one: exit 2.
         failure = UsageError if isinstance(exc, UsageError) else FerryError
@@ -380,7 +381,7 @@ def status(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
 def _print_status(loaded) -> None:
     from ferry.runlog import RunLog
 
-    runlog = RunLog(loaded.state_dir / "state")
+    runlog = RunLog(loaded.layout.state)
     try:
         recorded = {p.phase: p for p in runlog.phases(loaded.plan.name)}
         live = {phase: runlog.live_commit(loaded.plan.name, phase) for phase in recorded}
@@ -506,7 +507,7 @@ def rollback(
     loaded = load_plan(plan)
     loaded.plan.require_phases("--phase", [phase])
     # A dry run changes nothing; a rollback holds the plan's state as a run does, from the list it shows on.
-    with contextlib.nullcontext() if dry_run else held(loaded.state_dir / "state", f"ferry rollback --phase {phase}"):
+    with contextlib.nullcontext() if dry_run else held(loaded.layout.state, f"ferry rollback --phase {phase}"):
         _rollback(loaded, phase, dry_run, yes, force)
 
 
@@ -514,7 +515,7 @@ def _rollback(loaded, phase: str, dry_run: bool, yes: bool, force: bool) -> None
     from ferry.phases.rollback import PENDING, listing, roll_back, undo
     from ferry.runlog import RunLog
 
-    runlog = RunLog(loaded.state_dir / "state")
+    runlog = RunLog(loaded.layout.state)
     try:
         record = runlog.phase(loaded.plan.name, phase)
         if record is not None and record.status in PENDING:
@@ -572,10 +573,10 @@ def manifests_render(
         raise UsageError(f"{plan}: phases.manifests: the plan has no manifests phase to render")
     phase = open_phase(loaded, "manifests")
     rendering = phase.render()
-    target = out_dir or loaded.state_dir / "manifests" / "rendered"
+    target = out_dir or loaded.layout.rendered
     written = rendering.write(target)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    audit = AuditFolder(loaded.state_dir / "runs" / f"render-{stamp}")
+    audit = AuditFolder(loaded.layout.run(f"render-{stamp}"))
     phase.write_render(rendering, audit)
     results = phase.validate(rendering)
     audit.write_gate(phase.name, results)
@@ -683,9 +684,10 @@ def sync(
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
     ] = False,
-    state_dir: Annotated[Path, typer.Option(envvar="FERRY_STATE_DIR", help="Where the runlog lives")] = Path(
-        ".ferry/state"
-    ),
+    state_dir: Annotated[
+        Path,
+        typer.Option(envvar="FERRY_STATE_DIR", help="The state directory, as a plan's state_dir: the transfer state"),
+    ] = Path(".ferry"),
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here")] = None,
     log_format: Annotated[str, typer.Option(callback=_log_format, help="console or json")] = "console",
     progress: Annotated[
@@ -722,10 +724,11 @@ def sync(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     show_progress = progress if progress is not None else (err.is_terminal and log_format == "console")
-    _run_sync(source, target, settings, profile_map, state_dir, not no_verify, deep_verify, report, show_progress)
+    state = StateLayout.for_sync(state_dir).state
+    _run_sync(source, target, settings, profile_map, state, not no_verify, deep_verify, report, show_progress)
 
 
-def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_verify, report, show_progress) -> None:
+def _run_sync(source, target, settings, profile_map, state, verify, deep_verify, report, show_progress) -> None:
     from ferry.sync import run_sync
 
     shown: dict[str, list[Action]] = {COPY: [], DELETE: []}
@@ -737,7 +740,7 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
     bar = _ProgressBar() if show_progress else None
     # One sync (or run) per state directory at a time; a dry run changes nothing. The URLs are not recorded: a
     # SAS URL carries its signature.
-    lock = contextlib.nullcontext() if settings.dry_run else held(state_dir, "ferry sync")
+    lock = contextlib.nullcontext() if settings.dry_run else held(state, "ferry sync")
     # Ctrl-C and SIGTERM stop the copy the same way: in-flight requests finish, the state keeps what was verified.
     with lock:
         previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -747,7 +750,7 @@ def _run_sync(source, target, settings, profile_map, state_dir, verify, deep_ver
                 target,
                 settings,
                 profiles=profile_map,
-                state_dir=state_dir,
+                state_dir=state,
                 verify=verify,
                 deep_verify=deep_verify,
                 report_path=report,

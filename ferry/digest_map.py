@@ -1,10 +1,10 @@
 """The digest map: what the images phase published, read by the manifests and go-live phases.
 
-The images phase writes `<state>/images/<plan>/digests.json` when it commits (atomically: readers see
-the old map or the new one); one map per plan, so that plans sharing a state directory never pin each
-other's. Each record says which reference the source's manifests use, where that image now lives on
-the target registry, at which digest, and which CUDA toolkit it carries, so that the manifests phase
-pins images by digest and the go-live phase checks each toolkit against the driver.
+The images phase publishes it (`StateLayout.digest_map`) when it commits, atomically: readers see the old
+map or the new one; one map per plan, so that plans sharing a state directory never pin each other's. Each
+record says which reference the source's manifests use, where that image now lives on the target registry, at
+which digest, and which CUDA toolkit it carries, so that the manifests phase pins images by digest and the
+go-live phase checks each toolkit against the driver.
 """
 
 from __future__ import annotations
@@ -41,11 +41,6 @@ def repository(reference: str) -> str:
     slash = name.rfind("/")
     colon = name.rfind(":")
     return name[:colon] if colon > slash else name
-
-
-def path(state_dir: Path, plan: str) -> Path:
-    """Where plan's images phase publishes its map."""
-    return state_dir / "images" / plan / "digests.json"
 
 
 def read(file: Path) -> dict[str, ImageRecord]:

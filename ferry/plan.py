@@ -31,6 +31,7 @@ from pydantic import (
 
 from ferry.config import FieldProblem, field_line, load_yaml_model
 from ferry.errors import UsageError
+from ferry.layout import StateLayout
 from ferry.phase_registry import load_phase, phase_names
 from ferry.profiles import Credentials, Profile
 from ferry.units import parse_size
@@ -335,9 +336,9 @@ class LoadedPlan:
         return url if "://" in url else str(self.resolve(url))
 
     @property
-    def state_dir(self) -> Path:
-        state = Path(self.plan.state_dir)
-        return state if state.is_absolute() else (self.path.parent / state).resolve()
+    def layout(self) -> StateLayout:
+        """The plan's state directory (`state_dir`, relative to the plan file unless absolute)."""
+        return StateLayout(self.resolve(self.plan.state_dir))
 
     def resolve(self, path: str) -> Path:
         """A path the plan names, relative to the plan file unless absolute."""

@@ -95,7 +95,7 @@ def migrate(
     run_id = runtime.flow_run.name or run_id or new_run_id(plan_path)
     loaded.plan.require_phases("only", only)
     loaded.plan.require_phases("force", force)
-    with held(loaded.state_dir / "state", "ferry run", run_id):
+    with held(loaded.layout.state, "ferry run", run_id):
         return _migrate(loaded, run_id, only, force, approval_timeout_s)
 
 
@@ -103,8 +103,8 @@ def _migrate(
     loaded: LoadedPlan, run_id: str, only: list[str] | None, force: list[str] | None, approval_timeout_s: int
 ) -> dict:
     plan = loaded.plan
-    runlog = RunLog(loaded.state_dir / "state")
-    audit = AuditFolder(loaded.state_dir / "runs" / run_id)
+    runlog = RunLog(loaded.layout.state)
+    audit = AuditFolder(loaded.layout.run(run_id))
     audit.write_text("plan", "plan.yaml", loaded.masked())
     runlog.start_run(run_id, plan.name, str(audit.root), str(runtime.flow_run.id or ""))
     structlog.contextvars.bind_contextvars(run_id=run_id)

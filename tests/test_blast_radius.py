@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
-from ferry.iam.model import published_bindings
+from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.runlog import RunLog
@@ -381,7 +380,7 @@ def test_images_rollback_deletes_only_the_tags_the_run_pushed(tmp_path) -> None:
         phase_b = open_phase(load_plan(plan_b), "images")
         for step in phase_b.steps():
             phase_b.run(step, AuditFolder(tmp_path / ".ferry" / "runs" / "b1"), Reporter())
-        map_a, map_b = (digest_map.path(tmp_path / ".ferry", name) for name in ("images-blast", "images-b"))
+        map_a, map_b = (StateLayout(tmp_path / ".ferry").digest_map(name) for name in ("images-blast", "images-b"))
         published_b = map_b.read_text()
         assert f"{tgt}/b-ai/eval:1" in published_b and f"{tgt}/b-ai/" not in map_a.read_text()
         assert f"{tgt}/ai/eval:1" in map_a.read_text()
@@ -550,7 +549,7 @@ def test_plans_sharing_a_state_directory_publish_their_own_bindings_and_roll_bac
     for name in ("plan-a", "plan-b"):
         for step in phases[name].steps():
             phases[name].run(step, audits[name], Reporter())
-    published = {name: published_bindings(tmp_path / ".ferry", name) for name in plans}
+    published = {name: StateLayout(tmp_path / ".ferry").bindings(name) for name in plans}
     theirs = published["plan-b"].read_text()
     assert "namespace: team-b" in theirs and "ml-training" not in theirs
     assert published["plan-a"].read_text() == (audits["plan-a"].root / "iam" / "rbac.yaml").read_text()

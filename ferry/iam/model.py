@@ -17,7 +17,6 @@ import enum
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ferry.errors import UsageError
@@ -299,12 +298,6 @@ def _service_accounts_run_by_others(mapping: Mapping) -> None:
                 f"{mapping.roles[min(q.level for q in below)]} can create pods and run them as this ServiceAccount; "
                 "bind it in a namespace of its own"
             )
-
-
-def published_bindings(state_dir: Path, plan: str) -> Path:
-    """Where plan's iam phase publishes its bindings for its manifests phase to apply: one file per plan, so that
-    plans sharing a state directory never apply each other's."""
-    return state_dir / "iam" / plan / "rbac.yaml"
 
 
 def render_rbac(mapping: Mapping, plan: str) -> list[dict]:

@@ -172,7 +172,7 @@ class DataSyncPhase(Phase):
                 self.loaded.storage("target"),
                 self.transfer_settings(shard, dry_run=True),
                 profiles=self.loaded.plan.profiles,
-                state_dir=self.loaded.state_dir / "state",
+                state_dir=self.loaded.layout.state,
             )
             totals["objects_to_copy"] += result.stats.to_copy
             totals["bytes_to_copy"] += result.stats.bytes_to_copy
@@ -212,7 +212,7 @@ class DataSyncPhase(Phase):
                     self.loaded.storage("target"),
                     self.transfer_settings(step),
                     profiles=self.loaded.plan.profiles,
-                    state_dir=self.loaded.state_dir / "state",
+                    state_dir=self.loaded.layout.state,
                     verify=False,  # the gate verifies, after every shard is done
                     report_path=audit.path(self.name, f"sync-{label(step)}.json"),
                     on_action=on_action,
@@ -246,7 +246,7 @@ class DataSyncPhase(Phase):
                 settings = dataclasses.replace(settings, delete=True)
             source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
-            state = TransferState(self.loaded.state_dir / "state", source.url, target.url, settings.prefix)
+            state = TransferState(self.loaded.layout.state, source.url, target.url, settings.prefix)
             try:
                 result = check_data(source, target, state, settings, deep=gate.deep_verify)
             finally:
@@ -265,7 +265,7 @@ class DataSyncPhase(Phase):
         # Every shard the run journalled, whatever the plan's shards are now.
         journals = sorted(j for j in folder.glob("created-*.jsonl") if not j.name.endswith(".undone.jsonl"))
         pending = [j for j in journals if j.exists() and not j.with_name(j.stem + ".rollback.json").exists()]
-        target, state = self.loaded.storage("target"), self.loaded.state_dir / "state"
+        target, state = self.loaded.storage("target"), self.loaded.layout.state
         for journal in pending:
             synced = _target_file(journal)
             then = json.loads(synced.read_text(encoding="utf-8"))["target"] if synced.exists() else None

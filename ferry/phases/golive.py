@@ -253,7 +253,7 @@ class GolivePhase(Phase):
         return False
 
     def _fingerprint(self, audit: AuditFolder, reporter: Reporter) -> dict:
-        published = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
+        published = self.loaded.layout.digest_map(self.loaded.plan.name)
         images = {r.target: r.cuda for r in digest_map.read(published).values()}
         gpu = self._gpu() if self.settings.gpu_probe else {"status": "SKIP", "reason": "gpu_probe: false"}
         driver, driver_source = self._driver()
@@ -353,7 +353,7 @@ class GolivePhase(Phase):
         # Journalled before anything is written: a crashed run's leftovers are found and removed (by the next
         # measurement, or a rollback).
         audit.write_json(self.name, CHECKPOINT_TARGET, {"url": url})
-        source = checkpoint.synthetic(self.loaded.state_dir / "golive" / "synthetic", s.size, s.shards)
+        source = checkpoint.synthetic(self.loaded.layout.synthetic_checkpoint, s.size, s.shards)
         settings = TransferSettings(threads=s.threads)
         result = checkpoint.measure(
             source, url, profiles=self.loaded.plan.profiles, settings=settings, stop=reporter.stopping

@@ -34,7 +34,7 @@ from ferry.errors import UsageError
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS, aws_iam_call, aws_principals, fetch_aws_details
 from ferry.iam.azure import azure_principals, role_definitions
 from ferry.iam.ldap import ldap_principals
-from ferry.iam.model import Level, Mapping, Principal, map_principals, published_bindings, render_rbac
+from ferry.iam.model import Level, Mapping, Principal, map_principals, render_rbac
 from ferry.iam.sources import read_export
 from ferry.interrupts import failpoint
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
@@ -141,7 +141,7 @@ class IamPhase(Phase):
 
     def published(self) -> Path:
         """Where the phase publishes the bindings for the cluster."""
-        return published_bindings(self.loaded.state_dir, self.loaded.plan.name)
+        return self.loaded.layout.bindings(self.loaded.plan.name)
 
     def inputs(self) -> dict[str, Any]:
         sources = self.loaded.plan.source.iam

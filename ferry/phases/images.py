@@ -519,7 +519,7 @@ class ImagesPhase(Phase):
         authfile: list[str],
     ) -> str:
         """Build with buildah (vfs storage under the state dir, chroot isolation, OCI format) and push; the digest."""
-        state = self.loaded.state_dir / "images" / "buildah"
+        state = self.loaded.layout.buildah
         buildah = ["buildah", "--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
         target = prepared["target"]
         pulled = [prepared["base_name"]] if prepared["base_name"] else []
@@ -688,7 +688,7 @@ class ImagesPhase(Phase):
     def _publish(self, audit: AuditFolder) -> dict[str, bool | int]:
         """Publish the digest map (keeping the one it replaces for rollback); a copy goes to the audit folder."""
         records = self.records(audit.root)
-        published = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
+        published = self.loaded.layout.digest_map(self.loaded.plan.name)
         previous = published.read_text(encoding="utf-8") if published.exists() else None
         if previous is not None:
             audit.write_text("images", "previous-digests.json", previous)

@@ -35,7 +35,6 @@ from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.golive import kube
-from ferry.iam.model import published_bindings
 from ferry.interrupts import failpoint, one_by_one
 from ferry.manifests import (
     MANAGED_BY_LABEL,
@@ -246,7 +245,7 @@ class ManifestsPhase(Phase):
         }
 
     def inputs(self) -> dict[str, Any]:
-        digests = digest_map.path(self.loaded.state_dir, self.loaded.plan.name)
+        digests = self.loaded.layout.digest_map(self.loaded.plan.name)
         return {
             "sources": {
                 str(path): hashlib.sha256(path.read_bytes()).hexdigest()
@@ -272,7 +271,7 @@ class ManifestsPhase(Phase):
         return Rules(
             plan=plan.name,
             images=self.images(),
-            digests=digest_map.read(digest_map.path(self.loaded.state_dir, plan.name)),
+            digests=digest_map.read(self.loaded.layout.digest_map(plan.name)),
             pod_annotations=dict(target.pod_annotations),
             gpu_resource=target.gpu_resource,
             rdma_resource=target.rdma_resource,
@@ -348,7 +347,7 @@ class ManifestsPhase(Phase):
         assert target is not None
         path = kube.kubeconfig_path(target.kubeconfig, self.loaded.path.parent.resolve())
         return ClusterApi(
-            kube.api_client(path, target.context), self.loaded.state_dir / "manifests" / "discovery-cache.json"
+            kube.api_client(path, target.context), self.loaded.layout.discovery_cache
         )
 
     def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
@@ -358,7 +357,7 @@ class ManifestsPhase(Phase):
         assert target is not None
         # A v1 List, a kustomization and an object without a name are reported (findings), not applied.
         found = [doc.plain() for doc in rendering.documents if doc.applicable]
-        published = published_bindings(self.loaded.state_dir, self.loaded.plan.name)
+        published = self.loaded.layout.bindings(self.loaded.plan.name)
         if published.exists():
             for binding in yaml.safe_load_all(published.read_text(encoding="utf-8")):
                 if binding:
@@ -386,7 +385,7 @@ class ManifestsPhase(Phase):
 
     # -- a run ------------------------------------------------------------------------------------------
     def _secrets_file(self, audit_root: Path) -> Path:
-        return self.loaded.state_dir / "manifests" / "secret-snapshots" / f"{audit_root.name}.json"
+        return self.loaded.layout.secret_snapshot(audit_root.name)
 
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
         """Render and validate; with a cluster and valid manifests, snapshot, apply in waves, wait for readiness."""
@@ -572,7 +571,7 @@ class ManifestsPhase(Phase):
         """Whether the run whose audit folder is audit_root is the phase's live commit in the run log."""
         from ferry.runlog import FILE, RunLog
 
-        state = self.loaded.state_dir / "state"
+        state = self.loaded.layout.state
         if not (state / FILE).exists():
             return False
         runlog = RunLog(state)

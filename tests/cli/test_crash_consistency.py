@@ -17,8 +17,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from ferry import digest_map
-from ferry.iam.model import published_bindings
+from ferry.layout import StateLayout
 from ferry.oci import Reference, Registry
 from tests.support import Watched, buildah, busybox_image, run_ferry, start_registry
 
@@ -129,7 +128,7 @@ def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
 
     # The images were built for each setup (their digests differ between setups); within one, each copy holds
     # its source's digest, on both registries.
-    digests = json.loads(digest_map.path(state, "crash").read_text())
+    digests = json.loads(StateLayout(state).digest_map("crash").read_text())
     for record in digests["images"]:
         for ref in (record["source"], record["target"]):
             parsed = Reference.parse(ref)
@@ -138,7 +137,7 @@ def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
     cluster = sorted((o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in emulator.objects())
     return {
         "objects": objects,
-        "bindings": mask(published_bindings(state, "crash").read_text()),
+        "bindings": mask(StateLayout(state).bindings("crash").read_text()),
         "digest map": json.loads(mask(json.dumps(digests, sort_keys=True))),
         "rendered": mask(bundle.read_text()),
         "cluster": cluster,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.iam.model import published_bindings
+from ferry.layout import StateLayout
 from ferry.runlog import RunLog
 from tests.faults.proxy import FaultProxy
 from tests.support import Watched, run_ferry
@@ -262,7 +262,7 @@ def iam_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
     from tests.flows.test_iam_phase import write_two_phase_plan
 
     plan = write_two_phase_plan(root, name)
-    published = published_bindings(root / ".ferry", name)
+    published = StateLayout(root / ".ferry").bindings(name)
 
     def kept() -> None:
         assert "ferry-compute-admin" in published.read_text()

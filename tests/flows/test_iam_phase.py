@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.iam.model import published_bindings
+from ferry.layout import StateLayout
 from tests.support import run_ferry, write_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "iam"
@@ -55,7 +55,7 @@ def test_second_phase_fails_its_gate_first_stays_and_a_fixed_rerun_resumes(prefe
     assert sorted(p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()) == ["stray.bin"]
     assert (tmp_path / ".ferry" / "runs" / run_id / "data_sync" / "created-a.rollback.json").exists()
     # iam committed and its published bindings are untouched.
-    published = published_bindings(tmp_path / ".ferry", "second-fails")
+    published = StateLayout(tmp_path / ".ferry").bindings("second-fails")
     rendered = tmp_path / ".ferry" / "runs" / run_id / "iam" / "rbac.yaml"
     assert published.read_text() == rendered.read_text() and "ferry-compute-admin" in published.read_text()
     assert not (tmp_path / ".ferry" / "runs" / run_id / "iam" / "rollback.json").exists()
@@ -83,7 +83,7 @@ def test_failed_iam_gate_restores_the_previous_bindings_and_rollback_by_hand(pre
     plan = write_two_phase_plan(tmp_path, "iam-fails")
     first = migrate(plan_path=str(plan), only=["iam"])
     assert first["phases"] == {"preflight": "PASS", "iam": "WARN"}
-    published = published_bindings(tmp_path / ".ferry", "iam-fails")
+    published = StateLayout(tmp_path / ".ferry").bindings("iam-fails")
     before = published.read_text()
 
     # Without the overrides, three escalation paths are accepted by none, and the gate allows none.

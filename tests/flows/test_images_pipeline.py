@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry import digest_map
+from ferry.layout import StateLayout
 from ferry.oci import Registry
 from tests.support import buildah, busybox_image, start_registry
 
@@ -49,7 +49,7 @@ def test_failed_copy_rolled_back_by_the_pipeline_then_a_fixed_plan_commits(prefe
         plan.write_text(PLAN.format(name="images-pipe", copy=json.dumps(["tool:1"]), **ports))
         migrate(plan_path=str(plan), run_id="r2")
         assert runlog.phase("images-pipe", "images").status == "committed"
-        published = json.loads(digest_map.path(tmp_path / ".ferry", "images-pipe").read_text())["images"]
+        published = json.loads(StateLayout(tmp_path / ".ferry").digest_map("images-pipe").read_text())["images"]
         assert [(r["target"], r["digest"], r["cuda"]) for r in published] == [
             (f"127.0.0.1:{target.port}/ai/tool:1", registry.digest("ai/tool", "1"), "12.2.0")
         ]

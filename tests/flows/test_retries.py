@@ -48,7 +48,7 @@ class FlakyPhase(Phase):
         return Changes("flaky changes nothing", {})
 
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
-        counter = self.loaded.state_dir / "attempts" / step
+        counter = self.loaded.layout.root / "attempts" / step
         counter.parent.mkdir(parents=True, exist_ok=True)
         with counter.open("a") as out:
             out.write("attempt\n")

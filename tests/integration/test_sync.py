@@ -266,7 +266,8 @@ def test_stopped_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, t
     data = os.urandom(24 * 1024 * KiB)  # 96 parts of 256 KiB
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "ckpt.bin").write_bytes(data)
-    bucket, state, threads = new_bucket(moto_env.endpoint), tmp_path / "state", 4
+    bucket, state_dir, threads = new_bucket(moto_env.endpoint), tmp_path / ".ferry", 4
+    state = state_dir / "state"
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(
         f"profiles:\n  test:\n    type: s3\n    endpoint_url: {moto_env.endpoint}\n    min_part_size: {PART}\n"
@@ -285,7 +286,7 @@ def test_stopped_mid_object_resumes_and_resends_only_in_flight_parts(moto_env, t
         "--multipart-threshold",
         "1M",
         "--state-dir",
-        str(state),
+        str(state_dir),
         "--no-progress",
         "--report",
         str(tmp_path / "report.json"),

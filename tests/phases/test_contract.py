@@ -42,7 +42,7 @@ class StampPhase(Phase):
 
     @property
     def folder(self) -> Path:
-        return self.loaded.state_dir / "stamps"
+        return self.loaded.layout.root / "stamps"
 
     def steps(self) -> list[str]:
         return list(self.settings.words)

@@ -21,6 +21,7 @@ from ferry.audit import AuditFolder
 from ferry.errors import UsageError
 from ferry.golive import probe
 from ferry.golive.checkpoint import shard_name, synthetic
+from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
@@ -78,7 +79,7 @@ def by_name(results) -> dict:
 
 def test_a_measured_run_and_its_report(tmp_path) -> None:
     digest_map.publish(
-        digest_map.path(tmp_path / ".ferry", "golive-check"),
+        StateLayout(tmp_path / ".ferry").digest_map("golive-check"),
         [
             digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1"),
             digest_map.ImageRecord("src/b:1", "reg.example/ml/b:1", "sha256:" + "b" * 64, "copied", "12.2.2"),
@@ -258,7 +259,7 @@ def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_p
     # Damage the synthetic checkpoint once it exists: the bytes that land are not those recorded.
     phase = open_phase(loaded, "golive")
     audit = AuditFolder(tmp_path / "runs" / "r1")
-    source = synthetic(loaded.state_dir / "golive" / "synthetic", 2 << 20, 2)
+    source = synthetic(loaded.layout.synthetic_checkpoint, 2 << 20, 2)
     (source.root / shard_name(0, 2)).write_bytes(b"\0" * (1 << 20))
     for step in phase.steps():
         phase.run(step, audit, Reporter())
@@ -379,7 +380,7 @@ def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
 
 def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path) -> None:
     digest_map.publish(
-        digest_map.path(tmp_path / ".ferry", "golive-check"),
+        StateLayout(tmp_path / ".ferry").digest_map("golive-check"),
         [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")],
     )
     with KubeEmulator() as emulator:

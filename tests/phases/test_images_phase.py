@@ -18,6 +18,7 @@ import pytest
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
+from ferry.layout import StateLayout
 from ferry.oci import Reference, Registry
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
@@ -149,7 +150,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert sorted(target.tags("ai/eval")) == ["1", "2"]
 
     # The digest map, published and in the audit folder, with the CUDA fingerprint of the rebuilt image.
-    records = digest_map.read(digest_map.path(tmp_path / ".ferry", "images-test"))
+    records = digest_map.read(StateLayout(tmp_path / ".ferry").digest_map("images-test"))
     trainer = records[f"{regs.src}/ml/trainer:2024.06"]
     assert (trainer.kind, trainer.cuda, trainer.digest) == ("rebuilt", "12.4.1", manifest.digest)
     assert records[f"{regs.src}/ml/tokenizer:1.0"].digest == index.digest
@@ -172,7 +173,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert target.digest("ai/trainer", "2024.06") == manifest.digest
 
     # Rolling the second run back pushes nothing back and puts the first run's map back in place.
-    map_file = digest_map.path(tmp_path / ".ferry", "images-test")
+    map_file = StateLayout(tmp_path / ".ferry").digest_map("images-test")
     first_map = map_file.read_text()
     assert phase2.rollback(audit2.root).items == [
         f"restore {map_file} from {audit2.root / 'images' / 'previous-digests.json'}"
@@ -187,7 +188,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert [
         target.digest(repo, tag) for repo, tag in (("ai/trainer", "2024.06"), ("ai/eval", "1"), ("ai/eval", "2"))
     ] == [None] * 3
-    assert f"remove {digest_map.path(tmp_path / '.ferry', 'images-test')}" in undo.items
+    assert f"remove {StateLayout(tmp_path / '.ferry').digest_map('images-test')}" in undo.items
 
     # The gate asks the registries, not the journal: after the rollback the same run's gate fails.
     after = {r.name: r for r in phase.gate(audit)}
@@ -246,7 +247,7 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     undo = phase.rollback(audit.root)
     assert sorted(undo.items) == sorted(
         [
-            f"remove {digest_map.path(tmp_path / '.ferry', 'images-test')}",
+            f"remove {StateLayout(tmp_path / '.ferry').digest_map('images-test')}",
             f"restore {moved} to its previous digest {base.digest}",
             *(
                 f"keep {regs.tgt}/moved/eval:{t}: the registry deletes by digest and {eval_digest} is also tagged keep"
@@ -335,7 +336,7 @@ def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries:
     phase = open_phase(load_plan(plan), "images")
     summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
     assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
-    assert not digest_map.path(tmp_path / ".ferry", "images-test").exists()
+    assert not StateLayout(tmp_path / ".ferry").digest_map("images-test").exists()
 
 
 def test_where_the_registry_refuses_deletes_the_rollback_says_which_tags_remain(

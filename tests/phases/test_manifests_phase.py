@@ -16,7 +16,7 @@ import pytest
 
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, UsageError
-from ferry.iam.model import published_bindings
+from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.phases.manifests import ManifestsPhase, _restorable
 from ferry.plan import load_plan
@@ -240,7 +240,7 @@ def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator,
     _ready(emulator)
     before = _previous_state(emulator)
     plan = _write_plan(tmp_path, emulator)
-    iam = published_bindings(tmp_path / ".ferry", "llm-train")
+    iam = StateLayout(tmp_path / ".ferry").bindings("llm-train")
     iam.parent.mkdir(parents=True)
     iam.write_text(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: ferry-compute-admin, "
@@ -423,7 +423,7 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     source = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/trainer:2024.06"
     digest = "sha256:" + "e" * 64
     record = digest_map.ImageRecord(source, "registry.meta.example/ai-training/trainer:2024.06", digest, "rebuilt")
-    digest_map.publish(digest_map.path(tmp_path / ".ferry", "llm-train"), [record])
+    digest_map.publish(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), [record])
     phase = _phase(plan)
     rendering = phase.render()
     deployment = next(d for d in rendering.documents if d.kind == "Deployment").plain()
@@ -438,7 +438,7 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     ]
     # The map is an input of the phase: publishing another changes its hash.
     before = phase.input_hash()
-    digest_map.publish(digest_map.path(tmp_path / ".ferry", "llm-train"), [])
+    digest_map.publish(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), [])
     assert _phase(plan).input_hash() != before
 
 
