@@ -7,11 +7,24 @@ credentials, never values.
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from ferry.files import write_atomic
 from ferry.results import CheckResult
+
+# Where a phase's publish() put its file.
+PUBLISHED = "published.json"
+
+
+@dataclass(frozen=True)
+class Unpublished:
+    """What unpublish() did (or, in a dry run, would do) to a published file, and the line saying so."""
+
+    action: Literal["restore", "remove", "leave"]
+    at: Path
+    item: str
 
 
 def gate_markdown(phase: str, results: list[CheckResult]) -> str:
@@ -41,11 +54,39 @@ class AuditFolder:
 
     def write_text(self, phase: str, name: str, text: str) -> Path:
         """Write the file whole or not at all: a reader (or the run after a crash) never sees half of it."""
-        path = self.path(phase, name)
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
-        return path
+        return write_atomic(self.path(phase, name), text)
+
+    def publish(self, phase: str, name: str, text: str, at: Path) -> bool:
+        """Publish text at `at` (atomically) for other phases and later runs to read, keeping in the phase's folder
+        what it published (name), where (`published.json`) and what it replaced (`previous-<name>`), which
+        unpublish() puts back. Returns whether the published file changed."""
+        previous = at.read_text(encoding="utf-8") if at.exists() else None
+        if previous is not None:
+            self.write_text(phase, f"previous-{name}", previous)
+        self.write_text(phase, name, text)
+        self.write_json(phase, PUBLISHED, {"path": str(at)})
+        write_atomic(at, text)
+        return previous != text
+
+    def unpublish(self, phase: str, name: str, what: str, *, dry_run: bool = False) -> Unpublished | None:
+        """Undo publish(): put back what it replaced, or remove the file if it replaced nothing; leave it if it
+        was published over since (by a later run: not this run's to undo). None when the run published nothing.
+        what names the file's content in the line ("the bindings")."""
+        folder = self.root / phase
+        if not (folder / PUBLISHED).exists():
+            return None
+        at = Path(json.loads((folder / PUBLISHED).read_text(encoding="utf-8"))["path"])
+        ours, previous = folder / name, folder / f"previous-{name}"
+        live = at.read_text(encoding="utf-8") if at.exists() else None
+        if ours.exists() and live != ours.read_text(encoding="utf-8"):
+            return Unpublished("leave", at, f"leave {at}: it no longer holds {what} run {self.root.name} published")
+        if previous.exists():
+            if not dry_run:
+                write_atomic(at, previous.read_text(encoding="utf-8"))
+            return Unpublished("restore", at, f"restore {at} from {previous}")
+        if not dry_run:
+            at.unlink(missing_ok=True)
+        return Unpublished("remove", at, f"remove {at}")
 
     def write_json(self, phase: str, name: str, data: Any) -> Path:
         return self.write_text(phase, name, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

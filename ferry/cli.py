@@ -512,7 +512,7 @@ def rollback(
 
 
 def _rollback(loaded, phase: str, dry_run: bool, yes: bool, force: bool) -> None:
-    from ferry.phases.rollback import PENDING, listing, roll_back, undo
+    from ferry.phases.rollback import PENDING, listing, roll_back, undo_chain
     from ferry.runlog import RunLog
 
     runlog = RunLog(loaded.layout.state)
@@ -531,7 +531,7 @@ def _rollback(loaded, phase: str, dry_run: bool, yes: bool, force: bool) -> None
         if run_record is None:
             raise UsageError(f"{phase}: the run log has no record of run {run_id}, which committed it")
         undoer, audit_root = open_phase(loaded, phase), Path(run_record.audit_dir)
-        preview = undo(undoer, audit_root, dry_run=True)
+        preview = undo_chain(undoer, audit_root, dry_run=True)
         say = functools.partial(out.print, markup=False, highlight=False)
         say(f"rollback of {phase}, run {run_id}: {preview.text}")
         for line in listing(phase, audit_root, preview):

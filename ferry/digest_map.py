@@ -10,7 +10,6 @@ go-live phase checks each toolkit against the driver.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -51,10 +50,7 @@ def read(file: Path) -> dict[str, ImageRecord]:
     return {r["source"]: ImageRecord(**r) for r in records}
 
 
-def publish(file: Path, records: list[ImageRecord]) -> None:
-    """Replace the map published at file with records, atomically."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    staging = file.with_name(file.name + ".staging")
+def render(records: list[ImageRecord]) -> str:
+    """The map's text for records (what is published)."""
     body = {"images": [asdict(r) for r in sorted(records, key=lambda r: r.source)]}
-    staging.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-    os.replace(staging, file)
+    return json.dumps(body, indent=2) + "\n"

@@ -173,7 +173,7 @@ def test_a_local_target_never_writes_or_deletes_through_a_linked_directory(tmp_p
         with pytest.raises(PermanentError, match=r"passes through .*/dst/b, a symbolic link .*: ferry neither"):
             phase.run("b/", audit, Reporter())
     finally:
-        phase.rollback(audit.root)
+        phase.rollback(audit)
     assert tree_listing(tmp_path / "elsewhere") == before
 
 
@@ -385,7 +385,7 @@ def test_images_rollback_deletes_only_the_tags_the_run_pushed(tmp_path) -> None:
         assert f"{tgt}/b-ai/eval:1" in published_b and f"{tgt}/b-ai/" not in map_a.read_text()
         assert f"{tgt}/ai/eval:1" in map_a.read_text()
 
-        undo = phase.rollback(audit.root)
+        undo = phase.rollback(audit)
         assert f"deleted {tgt}/ai/eval:1 ({before['other/eval:1']})" in undo.items, undo.items
         assert f"remove {map_a}" in undo.items and not map_a.exists(), undo.items
         assert registry_listing(tgt) == {**before, "b-ai/eval:1": before["other/eval:1"]}
@@ -483,7 +483,7 @@ def test_manifests_rollback_touches_only_what_the_run_applied(tmp_path) -> None:
             k: v for k, v in before.items() if k not in named
         }
 
-        phase.rollback(audit.root)
+        phase.rollback(audit)
         after = {_key(o): o for o in emulator.objects()}
         # What it created is gone, what it changed is as it was, and everything else was never written to.
         assert set(after) == set(before)
@@ -530,7 +530,7 @@ def test_golive_checkpoint_cleanup_removes_only_its_own_prefix(moto_env, tmp_pat
     for neighbour in (folder, f"{folder}0/{shard}", f"{folder}-old/{shard}"):
         s3.put_object(Bucket=bucket, Key=neighbour, Body=b"not this run's")
     crashed = bucket_listing(s3, bucket)
-    assert "deleted 1 object(s)" in phase.rollback(audit.root).text
+    assert "deleted 1 object(s)" in phase.rollback(audit).text
     assert bucket_listing(s3, bucket) == {k: v for k, v in crashed.items() if k != f"{folder}/{shard}"}
 
 
@@ -555,7 +555,7 @@ def test_plans_sharing_a_state_directory_publish_their_own_bindings_and_roll_bac
     assert published["plan-a"].read_text() == (audits["plan-a"].root / "iam" / "rbac.yaml").read_text()
 
     # plan-a's rollback removes plan-a's bindings (it replaced none) and leaves plan-b's as they are.
-    assert phases["plan-a"].rollback(audits["plan-a"].root).failed == 0
+    assert phases["plan-a"].rollback(audits["plan-a"]).failed == 0
     assert not published["plan-a"].exists() and published["plan-b"].read_text() == theirs
 
     # A later run of plan-b publishes over its first: rolling the first back leaves the later one's bindings.
@@ -566,6 +566,6 @@ def test_plans_sharing_a_state_directory_publish_their_own_bindings_and_roll_bac
         phase.run(step, later, Reporter())
     newer = published["plan-b"].read_text()
     assert "namespace: team-b2" in newer
-    undo = phases["plan-b"].rollback(audits["plan-b"].root)
+    undo = phases["plan-b"].rollback(audits["plan-b"])
     assert undo.items == [f"leave {published['plan-b']}: it no longer holds the bindings run plan-b-r1 published"]
     assert published["plan-b"].read_text() == newer

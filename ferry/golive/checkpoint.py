@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from typing import Any
 from connectors.registry import open_connector
 from connectors.transfer import Stats, Transfer, TransferSettings, TransferState, abort_incomplete
 from ferry.errors import FerryError
+from ferry.files import write_atomic
 from ferry.interrupts import failpoint
 from ferry.profiles import Profile
 
@@ -77,9 +77,7 @@ def synthetic(cache: Path, total: int, shards: int) -> Synthetic:
                 left -= len(chunk)
         files[name] = (size, digest.hexdigest())
     # The manifest last: a half-written cache is rewritten, never trusted.
-    staging = manifest.with_suffix(".staging")
-    staging.write_text(json.dumps(files, indent=1), encoding="utf-8")
-    os.replace(staging, manifest)
+    write_atomic(manifest, json.dumps(files, indent=1))
     return Synthetic(root, files)
 
 

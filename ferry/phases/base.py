@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import structlog
 from pydantic import BaseModel, ConfigDict
 
 from checks.preflight import preflight as plan_preflight
@@ -25,6 +26,10 @@ from ferry.phase_registry import load_phase
 from ferry.plan import LoadedPlan, Plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
+
+# In a phase's folder of a run: its rollback finished (what it did, in words).
+ROLLED_BACK = "rollback.json"
+log = structlog.get_logger("ferry.phases")
 
 
 class Settings(BaseModel):
@@ -171,21 +176,35 @@ class Phase(abc.ABC):
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Measure whether what the run did holds (after every step)."""
 
-    @abc.abstractmethod
     def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
+        self, audit: AuditFolder, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
     ) -> Undo:
-        """Undo what the run whose audit folder is audit_root did; say what was done, item by item.
+        """Undo what the run whose audit folder this is did, once; say what was done, item by item.
 
         Called by ferry alone, never by an orchestrator's hook: by the pipeline once a phase's steps and
         gate have ended and the gate failed (or a step did after its last retry), and by `ferry rollback`.
-        Undoing what was already undone does nothing: it must be safe to call twice. With dry_run, change
-        nothing and say what it would do. A phase that finds what the run left changed since (by someone
-        else) stops and says so, unless force (`ferry rollback --force`). When stopping is set (an
-        interrupt, held by `ferry.interrupts.deferred`) it stops between two items with the ones it undid
-        journalled (`ferry.interrupts.one_by_one` raises Interrupted), so that the next call finishes it
-        (a rollback of one or two items that each mark themselves done, as iam's and golive's, needs no stop).
-        Undo.failed counts the items that could not be undone.
+        A rollback that finished (something undone, nothing failed) is marked done in the phase's folder,
+        and a second call says so and does nothing; otherwise the phase's undo() runs.
+        """
+        done = audit.root / self.name / ROLLED_BACK
+        if done.exists():
+            return Undo(f"nothing to undo: {json.loads(done.read_text(encoding='utf-8'))['done']} already")
+        undo = self.undo(audit, dry_run=dry_run, force=force, stopping=stopping)
+        if not dry_run and undo.items and not undo.failed:
+            audit.write_json(self.name, ROLLED_BACK, {"done": undo.text})
+            log.warning(f"rolled back the {self.name} phase", done=undo.text)
+        return undo
+
+    @abc.abstractmethod
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
+        """The phase's own undo of the run whose audit folder this is, for rollback().
+
+        With dry_run, change nothing and say what it would do. A phase that finds what the run left changed
+        since (by someone else) stops and says so, unless force (`ferry rollback --force`). When stopping is
+        set (an interrupt, held by `ferry.interrupts.deferred`) it stops between two items with the ones it
+        undid journalled (`ferry.interrupts.one_by_one` raises Interrupted), so that the next call finishes
+        it (an undo of one or two items that each mark themselves done, as iam's and golive's, needs no
+        stop). Undo.failed counts the items that could not be undone: the next rollback tries them again.
         """
 
 

@@ -257,11 +257,9 @@ class DataSyncPhase(Phase):
             results.append(CheckResult(name, result.status, result.measured, result.threshold, result.evidence))
         return results
 
-    def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
-    ) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Delete every object the run's shards created and that is still what ferry wrote (each journal once)."""
-        folder = audit_root / self.name
+        folder = audit.root / self.name
         # Every shard the run journalled, whatever the plan's shards are now.
         journals = sorted(j for j in folder.glob("created-*.jsonl") if not j.name.endswith(".undone.jsonl"))
         pending = [j for j in journals if j.exists() and not j.with_name(j.stem + ".rollback.json").exists()]
@@ -273,7 +271,7 @@ class DataSyncPhase(Phase):
                 # Its keys under the plan's new target would be someone else's objects (another plan's, even
                 # recorded as ferry's in a transfer state this state directory shares).
                 raise UsageError(
-                    f"run {audit_root.name} synced into {then}, not into {redact_url(target)} (the plan's target "
+                    f"run {audit.root.name} synced into {then}, not into {redact_url(target)} (the plan's target "
                     "now): point target.storage back there to roll that run back"
                 )
         kept = "objects it overwrote cannot be restored without bucket versioning"

@@ -523,11 +523,9 @@ class GolivePhase(Phase):
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         return self.checks(audit)
 
-    def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
-    ) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
-        folder = audit_root / self.name
+        folder = audit.root / self.name
         items, done = [], []
         journal = folder / CHECKPOINT_TARGET
         if journal.exists() and not (folder / CHECKPOINT_CLEANED).exists():
@@ -545,7 +543,7 @@ class GolivePhase(Phase):
             if not dry_run:
                 done.append(self._restore(original, folder))
         if not items:
-            return Undo(f"nothing to undo: run {audit_root.name} left nothing behind")
+            return Undo(f"nothing to undo: run {audit.root.name} left nothing behind")
         # A clean-up or a restore that could not be done leaves the rollback unfinished: the next one tries again.
         failed = sum(line.startswith("could not") for line in done)
         return Undo("; ".join(items) if dry_run else "; ".join(done), items, failed)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +40,8 @@ from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import DNS_LABEL, LoadedPlan, Plan
 from ferry.results import CheckResult
 
+# What the phase renders and publishes, in its audit folder.
+BINDINGS = "rbac.yaml"
 log = structlog.get_logger("ferry.phases.iam")
 LevelName = Literal["read", "write", "admin"]
 
@@ -97,13 +98,6 @@ def namespace(plan: Plan) -> str | None:
     """The namespace the iam phase binds in: its own setting, else the target cluster's."""
     own = plan.phases.iam.namespace if plan.phases.iam else None
     return own or (plan.target.cluster.namespace if plan.target.cluster else None)
-
-
-def _replace(target: Path, text: str) -> None:
-    """Write target atomically: readers see the old bindings or the new ones, never half of them."""
-    staging = target.with_name(target.name + ".staging")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, target)
 
 
 class IamPhase(Phase):
@@ -210,18 +204,11 @@ class IamPhase(Phase):
         report = mapping.markdown()
         audit.write_json(self.name, "mapping.json", mapping.to_dict())
         audit.write_text(self.name, "report.md", report)
-        audit.write_text(self.name, "rbac.yaml", text)
         reporter.markdown("iam-report", report, "IAM mapping report")
-        target = self.published()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        previous = target.read_text(encoding="utf-8") if target.exists() else None
-        if previous is not None:
-            audit.write_text(self.name, "previous-rbac.yaml", previous)
-        audit.write_json(self.name, "published.json", {"path": str(target)})
-        _replace(target, text)
+        changed = audit.publish(self.name, BINDINGS, text, at=self.published())
         failpoint("iam:published", reporter.stopping)
         log.info("mapped IAM", **mapping.totals())
-        return {**mapping.totals(), "changed": previous != text}
+        return {**mapping.totals(), "changed": changed}
 
     def changed(self, summaries: list[dict[str, Any]]) -> bool:
         return any(s["changed"] for s in summaries)
@@ -231,7 +218,7 @@ class IamPhase(Phase):
         gate = self.gate_settings
         folder = audit.root / self.name
         mapping = Mapping.from_dict(json.loads((folder / "mapping.json").read_text(encoding="utf-8")))
-        docs = [doc for doc in yaml.safe_load_all((folder / "rbac.yaml").read_text(encoding="utf-8")) if doc]
+        docs = [doc for doc in yaml.safe_load_all((folder / BINDINGS).read_text(encoding="utf-8")) if doc]
         return [
             check_iam_coverage(mapping, gate.min_coverage),
             check_iam_ambiguous(mapping, gate.max_ambiguous),
@@ -243,43 +230,19 @@ class IamPhase(Phase):
             check_rbac_schema(docs, self.loaded.plan.target.kubernetes_version),
         ]
 
-    def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
-    ) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """The run's publication is replaced by what it replaced (or removed, if it replaced nothing)."""
-        folder = audit_root / self.name
-        done_file = folder / "rollback.json"
-        if done_file.exists():
-            return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
-        if not (folder / "published.json").exists():
-            return Undo(f"nothing to undo: run {audit_root.name} published no bindings")
-        previous = folder / "previous-rbac.yaml"
-        target = Path(json.loads((folder / "published.json").read_text(encoding="utf-8"))["path"])
-        ours = folder / "rbac.yaml"
-        if ours.exists() and (target.read_text(encoding="utf-8") if target.exists() else None) != ours.read_text(
-            encoding="utf-8"
-        ):
-            # Published over since (by a later run): not this run's to undo.
-            item = f"leave {target}: it no longer holds the bindings run {audit_root.name} published"
-            if not dry_run:
-                done_file.write_text(json.dumps({"done": item}) + "\n", encoding="utf-8")
-            return Undo(item, [item])
-        if previous.exists():
-            verb, item = "restore", f"restore {target} from {previous}"
-            text = f"the bindings published before run {audit_root.name} at {target}"
+        done = audit.unpublish(self.name, BINDINGS, "the bindings", dry_run=dry_run)
+        run = audit.root.name
+        if done is None:
+            return Undo(f"nothing to undo: run {run} published no bindings")
+        if done.action == "leave":
+            return Undo(done.item, [done.item])
+        if done.action == "restore":
+            text = f"the bindings published before run {run} at {done.at}"
         else:
-            verb, item = "remove", f"remove {target}"
-            text = f"{target}: no bindings were published before run {audit_root.name}"
-        if dry_run:
-            return Undo(f"{verb} {text}", [item])
-        if previous.exists():
-            _replace(target, previous.read_text(encoding="utf-8"))
-        else:
-            target.unlink(missing_ok=True)
-        undo = Undo(f"{verb}d {text}", [item])
-        done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
-        log.warning("rolled back the iam phase", done=undo.text)
-        return undo
+            text = f"{done.at}: no bindings were published before run {run}"
+        return Undo(f"{done.action if dry_run else done.action + 'd'} {text}", [done.item])
 
 
 def read_sources(loaded: LoadedPlan, settings: IamSettings, namespace: str) -> Mapping:

@@ -192,6 +192,8 @@ def _run_tool(argv: list[str], what: str) -> str:
 
 
 JOURNAL = "journal.json"
+# The digest map the run published, in its audit folder.
+DIGESTS = "digests.json"
 
 
 class _Journal:
@@ -686,19 +688,13 @@ class ImagesPhase(Phase):
         return [ImageRecord(**r) for r in self.journal(audit_root).get("records", [])]
 
     def _publish(self, audit: AuditFolder) -> dict[str, bool | int]:
-        """Publish the digest map (keeping the one it replaces for rollback); a copy goes to the audit folder."""
+        """Publish the digest map (keeping the one it replaces for rollback)."""
         records = self.records(audit.root)
         published = self.loaded.layout.digest_map(self.loaded.plan.name)
-        previous = published.read_text(encoding="utf-8") if published.exists() else None
-        if previous is not None:
-            audit.write_text("images", "previous-digests.json", previous)
-        digest_map.publish(published, records)
-        audit.write_json("images", "published.json", {"path": str(published)})
-        text = published.read_text(encoding="utf-8")
-        audit.write_text("images", "digests.json", text)
+        changed = audit.publish(self.name, DIGESTS, digest_map.render(records), at=published)
         for r in records:
             log.info("image published", source=r.source, target=r.pinned, kind=r.kind, cuda=r.cuda)
-        return {"images": len(records), "changed": previous != text}
+        return {"images": len(records), "changed": changed}
 
     # -- the gate ---------------------------------------------------------------------------------
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
@@ -715,19 +711,15 @@ class ImagesPhase(Phase):
         ]
 
     # -- rollback ---------------------------------------------------------------------------------
-    def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
-    ) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Delete the tags the run pushed, put the tags it moved back, and restore the digest map it replaced.
 
         The registry deletes by digest, so a digest is deleted only when no tag but the run's own holds it.
         """
-        folder = audit_root / "images"
-        done_file = folder / "rollback.json"
-        if done_file.exists():
-            return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
-        items = self._undo_publish(folder, dry_run)
-        pushed = self.journal(audit_root).get("pushed", [])
+        folder = audit.root / "images"
+        unpublished = audit.unpublish(self.name, DIGESTS, "the map", dry_run=dry_run)
+        items = [unpublished.item] if unpublished else []
+        pushed = self.journal(audit.root).get("pushed", [])
         # Tags this run created may share a digest: deleting it removes them together, and nothing else.
         ours = {e["target"] for e in pushed if not e["previous"]}
         # A rollback stopped between two tags left the ones it undid here; they are not undone twice.
@@ -742,31 +734,8 @@ class ImagesPhase(Phase):
                 with undone_file.open("a", encoding="utf-8") as journal:
                     journal.write(entry["target"] + "\n")
         if not items:
-            return Undo(f"nothing to undo: run {audit_root.name} pushed and published nothing")
-        text = f"{'would undo' if dry_run else 'undid'} {len(items)} change(s) of run {audit_root.name}"
-        if not dry_run:
-            done_file.write_text(json.dumps({"done": text}) + "\n", encoding="utf-8")
-            log.warning("rolled back the images phase", done=text)
-        return Undo(text, items)
-
-    def _undo_publish(self, folder: Path, dry_run: bool) -> list[str]:
-        if not (folder / "published.json").exists():
-            return []
-        published = Path(json.loads((folder / "published.json").read_text(encoding="utf-8"))["path"])
-        ours = folder / "digests.json"
-        live = published.read_text(encoding="utf-8") if published.exists() else None
-        if ours.exists() and live != ours.read_text(encoding="utf-8"):
-            # Published over since (by a later run): not this run's to undo.
-            return [f"leave {published}: it no longer holds the map run {folder.parent.name} published"]
-        previous = folder / "previous-digests.json"
-        if previous.exists():
-            if not dry_run:
-                records = json.loads(previous.read_text(encoding="utf-8"))["images"]
-                digest_map.publish(published, [ImageRecord(**r) for r in records])
-            return [f"restore {published} from {previous}"]
-        if not dry_run:
-            published.unlink(missing_ok=True)
-        return [f"remove {published}"]
+            return Undo(f"nothing to undo: run {audit.root.name} pushed and published nothing")
+        return Undo(f"{'would undo' if dry_run else 'undid'} {len(items)} change(s) of run {audit.root.name}", items)
 
     def _undo_push(self, folder: Path, entry: dict[str, Any], ours: set[str], dry_run: bool) -> str:
         """Undo one pushed tag: put its previous manifest back, or delete its digest if no other tag holds it."""

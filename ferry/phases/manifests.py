@@ -512,21 +512,16 @@ class ManifestsPhase(Phase):
         return [*results, check_manifests_rollout(ready["waiting"], ready["objects"], timeout)]
 
     # -- rollback ---------------------------------------------------------------------------------------
-    def rollback(
-        self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping: threading.Event | None = None
-    ) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Restore every object the run changed as the snapshot has it, delete what it created, in reverse wave
         order; objects someone changed since the rollout stop it (ferry rollback --force goes on)."""
-        folder = audit_root / self.name
-        done_file = folder / "rollback.json"
-        if done_file.exists():
-            return Undo(f"nothing to undo: {json.loads(done_file.read_text(encoding='utf-8'))['done']} already")
+        folder = audit.root / self.name
         journal = folder / "applied.jsonl"
         if not journal.exists():
-            return Undo(f"nothing to undo: run {audit_root.name} applied nothing to a cluster")
+            return Undo(f"nothing to undo: run {audit.root.name} applied nothing to a cluster")
         applied = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines() if line]
         snapshot = {e["key"]: e for e in json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))}
-        secrets_file = self._secrets_file(audit_root)
+        secrets_file = self._secrets_file(audit.root)
         secrets = json.loads(secrets_file.read_text(encoding="utf-8")) if secrets_file.exists() else {}
         # One undo per object, in exactly the reverse order of application; a Job replaced after its apply was
         # refused is undone as replaced (a retried step may have journaled an object twice).
@@ -546,13 +541,13 @@ class ManifestsPhase(Phase):
         cluster = self.cluster()
         # During the run itself (its gate failed) its own rollback restores without asking; after a commit,
         # someone may have changed what the rollout left.
-        drifted = [k for k in self._drifted(cluster, folder) if k not in undone] if self._committed(audit_root) else []
+        drifted = [k for k in self._drifted(cluster, folder) if k not in undone] if self._committed(audit.root) else []
         if dry_run:
             notes = [f"changed since the rollout: {shown(key)}" for key in drifted]
-            return Undo(f"restore {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
+            return Undo(f"restore {len(items)} object(s) of run {audit.root.name} in reverse wave order", notes + items)
         if drifted and not force:
             raise UsageError(
-                f"{len(drifted)} object(s) changed since the rollout of run {audit_root.name} "
+                f"{len(drifted)} object(s) changed since the rollout of run {audit.root.name} "
                 f"({', '.join(shown(k) for k in drifted[:3])}): rollback stopped; --force restores anyway"
             )
         kept = []
@@ -562,10 +557,7 @@ class ManifestsPhase(Phase):
                 journal.write(entry["key"] + "\n")
                 journal.flush()
         notes = [note for note in kept if note]
-        undo = Undo(f"restored {len(items)} object(s) of run {audit_root.name} in reverse wave order", notes + items)
-        done_file.write_text(json.dumps({"done": undo.text}) + "\n", encoding="utf-8")
-        log.warning("rolled back the manifests phase", done=undo.text)
-        return undo
+        return Undo(f"restored {len(items)} object(s) of run {audit.root.name} in reverse wave order", notes + items)
 
     def _committed(self, audit_root: Path) -> bool:
         """Whether the run whose audit folder is audit_root is the phase's live commit in the run log."""

@@ -51,7 +51,7 @@ def resume(audit: AuditFolder, phase: str, previous: Path) -> None:
     audit.write_json(phase, RESUMED, [str(p) for p in chain])
 
 
-def undo(
+def undo_chain(
     phase: Phase,
     audit_root: Path,
     *,
@@ -62,7 +62,7 @@ def undo(
     """Roll back the run at audit_root and every run it resumed, newest first."""
     roots = [audit_root, *resumed_runs(audit_root, phase.name)]
     undos = [
-        phase.rollback(root, dry_run=dry_run, force=force, stopping=stopping)
+        phase.rollback(AuditFolder(root), dry_run=dry_run, force=force, stopping=stopping)
         for root in one_by_one(roots, None if dry_run else stopping)
     ]
     if len(undos) == 1:
@@ -110,13 +110,13 @@ def roll_back(
         runlog.set_phase(plan, name, input_hash, PhaseStatus.ROLLING_BACK, run_id, why)
         try:
             if announced is None:
-                preview = undo(phase, audit_root, dry_run=True)
+                preview = undo_chain(phase, audit_root, dry_run=True)
                 say(f"rolling back {name} of run {run_id} ({why}): {preview.text}")
                 for line in listing(name, audit_root, preview):
                     say(line)
             if held.is_set():
                 raise Interrupted(held.signum or signal.SIGINT)
-            done = undo(phase, audit_root, force=force, stopping=held)
+            done = undo_chain(phase, audit_root, force=force, stopping=held)
         except Interrupted as exc:
             held.signum = None
             runlog.set_phase(plan, name, input_hash, PhaseStatus.ROLLBACK_INTERRUPTED, run_id, f"{why}; {finish}")

@@ -65,7 +65,7 @@ class FlakyPhase(Phase):
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         return [CheckResult("flaky.ran", Status.PASS)]
 
-    def rollback(self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping=None) -> Undo:
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping) -> Undo:
         return Undo("nothing to undo: flaky changes nothing")
 
 

@@ -73,8 +73,8 @@ class StampPhase(Phase):
         status = Status.PASS if found <= self.gate_settings.max_files else Status.FAIL
         return [CheckResult("stamp.files", status, {"files": found}, {"max_files": self.gate_settings.max_files})]
 
-    def rollback(self, audit_root: Path, *, dry_run: bool = False, force: bool = False, stopping=None) -> Undo:
-        records = sorted((audit_root / self.name).glob("created-*.json"))
+    def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping) -> Undo:
+        records = sorted((audit.root / self.name).glob("created-*.json"))
         files = [Path(json.loads(record.read_text())["file"]) for record in records]
         if self.gate_settings.undo_fails and not dry_run:
             return Undo(f"could not remove {len(files)} stamp file(s)", [f"remove {f}" for f in files], len(files))

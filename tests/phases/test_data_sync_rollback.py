@@ -35,14 +35,14 @@ def test_rollback_keeps_an_object_changed_since_ferry_wrote_it(tmp_path: Path) -
     changed = dst / "a" / "two.bin"
     changed.write_bytes(b"edited by a person")
     os.utime(changed, ns=(1, 1))  # a different mtime, whatever the clock's resolution
-    preview = phase.rollback(audit.root, dry_run=True)
+    preview = phase.rollback(audit, dry_run=True)
     assert "delete 2 object(s)" in preview.text
     assert preview.items == ["delete a/one.bin", "keep a/two.bin: changed since ferry wrote it", "delete b/three.bin"]
     assert _files(dst) == ["a/one.bin", "a/two.bin", "b/three.bin"]  # a dry run changes nothing
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert _files(dst) == ["a/two.bin"] and undo.failed == 0
     assert "deleted 2 object(s)" in undo.text and "kept 1" in undo.text
-    assert phase.rollback(audit.root).items == []  # done: nothing the second time
+    assert phase.rollback(audit).items == []  # done: nothing the second time
 
 
 def test_a_stopped_rollback_journals_what_it_undid_and_the_next_call_finishes_it(tmp_path: Path) -> None:
@@ -50,9 +50,9 @@ def test_a_stopped_rollback_journals_what_it_undid_and_the_next_call_finishes_it
     stop = threading.Event()
     stop.set()  # as if an interrupt were held before the rollback began: it stops after one object
     with pytest.raises(Interrupted):
-        phase.rollback(audit.root, stopping=stop)
+        phase.rollback(audit, stopping=stop)
     assert len(_files(tmp_path / "dst")) == 2
     # The announcement of the rest lists only what is left.
-    assert phase.rollback(audit.root, dry_run=True).items == ["delete a/two.bin", "delete b/three.bin"]
-    undo = phase.rollback(audit.root)
+    assert phase.rollback(audit, dry_run=True).items == ["delete a/two.bin", "delete b/three.bin"]
+    undo = phase.rollback(audit)
     assert _files(tmp_path / "dst") == [] and "deleted 3 object(s)" in undo.text

@@ -19,6 +19,7 @@ from kubernetes import client
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import UsageError
+from ferry.files import write_atomic
 from ferry.golive import probe
 from ferry.golive.checkpoint import shard_name, synthetic
 from ferry.layout import StateLayout
@@ -78,13 +79,15 @@ def by_name(results) -> dict:
 
 
 def test_a_measured_run_and_its_report(tmp_path) -> None:
-    digest_map.publish(
+    write_atomic(
         StateLayout(tmp_path / ".ferry").digest_map("golive-check"),
-        [
-            digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1"),
-            digest_map.ImageRecord("src/b:1", "reg.example/ml/b:1", "sha256:" + "b" * 64, "copied", "12.2.2"),
-            digest_map.ImageRecord("src/c:1", "reg.example/ml/c:1", "sha256:" + "c" * 64, "copied", None),
-        ],
+        digest_map.render(
+            [
+                digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1"),
+                digest_map.ImageRecord("src/b:1", "reg.example/ml/b:1", "sha256:" + "b" * 64, "copied", "12.2.2"),
+                digest_map.ImageRecord("src/c:1", "reg.example/ml/c:1", "sha256:" + "c" * 64, "copied", None),
+            ]
+        ),
     )
     thread, port = start_server("tcp")
     workload = {"name": "llama-405b-pretrain", "params": "405e9", "nodes": 32, "virt_overhead": 0.14}
@@ -275,16 +278,16 @@ def test_rollback_removes_what_a_crashed_run_left(tmp_path) -> None:
     path = plan_file(tmp_path, {"checkpoint": {"size": "1M", "shards": 1}, "gpu_probe": False})
     phase = open_phase(load_plan(path), "golive")
     audit_root = tmp_path / "runs" / "r1"
-    assert "nothing to undo" in phase.rollback(audit_root).text
+    assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
     phase.run("checkpoint", AuditFolder(audit_root), Reporter())
     url = json.loads((audit_root / "golive" / "checkpoint-target.json").read_text())["url"]
-    assert "nothing to undo" in phase.rollback(audit_root).text, "it cleaned up after itself, and says so"
+    assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text, "it cleaned up after itself, and says so"
     # A run killed mid-write: its shards are there, and it never reached its clean-up (nor marked it done).
     leftover = crash(audit_root, url)
-    preview = phase.rollback(audit_root, dry_run=True)
+    preview = phase.rollback(AuditFolder(audit_root), dry_run=True)
     assert preview.items == [f"delete every object under {url}"] and leftover.exists()
-    assert "deleted 1 object(s)" in phase.rollback(audit_root).text and not leftover.exists()
-    assert "nothing to undo" in phase.rollback(audit_root).text
+    assert "deleted 1 object(s)" in phase.rollback(AuditFolder(audit_root)).text and not leftover.exists()
+    assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
 
 
 def crash(audit_root: Path, url: str) -> Path:
@@ -305,7 +308,7 @@ def test_the_next_measurement_removes_what_a_killed_one_left(tmp_path) -> None:
     leftover = crash(first, url)
     phase.run("checkpoint", AuditFolder(second), Reporter())
     assert not leftover.exists() and (first / "golive" / "checkpoint-cleaned.json").exists()
-    assert "nothing to undo" in phase.rollback(first).text
+    assert "nothing to undo" in phase.rollback(AuditFolder(first)).text
 
 
 def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
@@ -337,17 +340,17 @@ def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> N
         scale = by_name(phase.gate(AuditFolder(audit_root)))["golive.scale_up"]
         assert scale.status == Status.PASS and scale.measured["scale_up_s"] >= 0.2
         assert any("restored" in line for line in scale.evidence)
-        assert "nothing to undo" in phase.rollback(audit_root).text
+        assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
         # A run that died mid-spike: the journal holds the snapshot, the Deployment is left at 8.
         (audit_root / "golive" / "autoscaling-restored.json").unlink()
         client.AppsV1Api(emulator.api_client()).patch_namespaced_deployment(
             "llama-serve", "default", {"spec": {"replicas": 8}}
         )
-        preview = phase.rollback(audit_root, dry_run=True)
+        preview = phase.rollback(AuditFolder(audit_root), dry_run=True)
         assert preview.items == ["restore default/llama-serve as snapshot before the spike"]
-        assert "back to 2 replica(s)" in phase.rollback(audit_root).text
+        assert "back to 2 replica(s)" in phase.rollback(AuditFolder(audit_root)).text
         assert emulator.get("apps/v1", "Deployment", "llama-serve", "default")["spec"]["replicas"] == 2
-        assert "nothing to undo" in phase.rollback(audit_root).text
+        assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
 
 
 def test_autoscaling_without_a_cluster_skips_with_the_reason(tmp_path) -> None:
@@ -379,9 +382,11 @@ def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
 
 
 def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path) -> None:
-    digest_map.publish(
+    write_atomic(
         StateLayout(tmp_path / ".ferry").digest_map("golive-check"),
-        [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")],
+        digest_map.render(
+            [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")]
+        ),
     )
     with KubeEmulator() as emulator:
         gfd = {

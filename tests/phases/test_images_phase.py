@@ -175,13 +175,13 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     # Rolling the second run back pushes nothing back and puts the first run's map back in place.
     map_file = StateLayout(tmp_path / ".ferry").digest_map("images-test")
     first_map = map_file.read_text()
-    assert phase2.rollback(audit2.root).items == [
+    assert phase2.rollback(audit2).items == [
         f"restore {map_file} from {audit2.root / 'images' / 'previous-digests.json'}"
     ]
     assert map_file.read_text() == first_map
 
     # Rolling the first run back: its tags go; eval:1 and eval:2, both its own, go with their one digest.
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     eval_items = sorted(i.split(" ", 1)[1] if i.startswith("deleted") else i for i in undo.items if "/ai/eval:" in i)
     assert len(eval_items) == 2 and any("is gone already" in i for i in eval_items), undo.items
     assert f"deleted {regs.tgt}/ai/trainer:2024.06 ({manifest.digest})" in undo.items
@@ -212,13 +212,13 @@ def test_failed_build_fails_its_image_and_rolls_back(registries: Registries, tmp
     assert pushed is not None  # the other image was built and pushed
     assert regs.digest(f"{regs.tgt}/ai/broken:1") is None
 
-    preview = phase.rollback(audit.root, dry_run=True)
+    preview = phase.rollback(audit, dry_run=True)
     assert preview.items == [f"delete {regs.tgt}/ai/good:1 ({pushed})"]
     assert regs.digest(f"{regs.tgt}/ai/good:1") == pushed
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert undo.items == [f"deleted {regs.tgt}/ai/good:1 ({pushed})"]
     assert regs.digest(f"{regs.tgt}/ai/good:1") is None
-    assert phase.rollback(audit.root).text.startswith("nothing to undo")
+    assert phase.rollback(audit).text.startswith("nothing to undo")
 
 
 def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Registries, tmp_path: Path) -> None:
@@ -244,7 +244,7 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     assert regs.digest(moved) == regs.digest(f"{regs.src}/ml/tokenizer:1.0")
     eval_digest = regs.digest(f"{regs.src}/ml/eval:1")
 
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert sorted(undo.items) == sorted(
         [
             f"remove {StateLayout(tmp_path / '.ferry').digest_map('images-test')}",
@@ -351,7 +351,7 @@ def test_where_the_registry_refuses_deletes_the_rollback_says_which_tags_remain(
         phase, audit, _ = _run_all(plan, "r1")
         digest = registries.digest(f"{tgt}/ai/eval:1")
         assert digest is not None
-        undo = phase.rollback(audit.root)
+        undo = phase.rollback(audit)
         assert f"{tgt}/ai/eval:1 remains: the registry does not allow deletes (storage.delete.enabled)" in undo.items
         assert registries.digest(f"{tgt}/ai/eval:1") == digest
     finally:
@@ -445,6 +445,6 @@ def test_a_copy_that_keeps_meeting_503s_fails_transiently_and_the_retried_step_c
         assert (summary["pushed"], summary["skipped"]) == (2, 1), summary
         targets = sorted(r.target for r in phase.records(audit.root))
         assert targets == [f"127.0.0.1:{proxy.port}/retry/eval:{t}" for t in "12"]
-        undo = phase.rollback(audit.root)
+        undo = phase.rollback(audit)
     assert undo.failed == 0, undo.items
     assert [registries.digest(f"{registries.tgt}/retry/eval:{t}") for t in "12"] == [None, None], undo.items

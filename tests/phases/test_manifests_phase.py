@@ -16,6 +16,7 @@ import pytest
 
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, UsageError
+from ferry.files import write_atomic
 from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.phases.manifests import ManifestsPhase, _restorable
@@ -218,7 +219,7 @@ def test_without_a_cluster_it_renders_and_validates_only(tmp_path: Path) -> None
     # source.registry -> target.registry is the default image rule.
     assert "image: registry.meta.example/ai-training/trainer:2024.06" in bundle
     assert "s3cr3t" not in bundle and "s3cr3t" not in (audit.root / "manifests" / "diff.patch").read_text()
-    assert phase.rollback(audit.root).text == "nothing to undo: run run-1 applied nothing to a cluster"
+    assert phase.rollback(audit).text == "nothing to undo: run run-1 applied nothing to a cluster"
 
 
 def test_preflight_reads_the_sources_and_asks_the_cluster(emulator: KubeEmulator, tmp_path: Path) -> None:
@@ -295,14 +296,14 @@ def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator,
         "keys": ["K"],
     }
 
-    preview = phase.rollback(audit.root, dry_run=True)
+    preview = phase.rollback(audit, dry_run=True)
     assert preview.items[0] == f"restore batch/v1 Job {NS} preprocess (workloads)"
     assert preview.items[-1] == f"restore v1 Namespace {NS} (namespaces)"
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert undo.text == "restored 8 object(s) of run run-1 in reverse wave order"
     after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
     assert after == before
-    assert phase.rollback(audit.root).text.startswith("nothing to undo")
+    assert phase.rollback(audit).text.startswith("nothing to undo")
 
 
 def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: Path) -> None:
@@ -317,7 +318,7 @@ def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: 
         phase.run("rollout", audit, Reporter())
     assert emulator.get("v1", "PersistentVolumeClaim", "checkpoints", NS) is not None
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "10"
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert undo.items[0] == f"delete apps/v1 Deployment {NS} trainer (workloads)"
     after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
     assert after == before
@@ -344,7 +345,7 @@ def test_rollback_deletes_only_what_carries_the_plan_label(emulator: KubeEmulato
             "spec": {"accessModes": ["ReadWriteOnce"]},
         }
     )
-    undo = phase.rollback(audit.root, force=True)
+    undo = phase.rollback(audit, force=True)
     assert undo.items[:2] == [
         "kept PersistentVolumeClaim checkpoints: it does not carry ferry.io/plan=llm-train (not ferry's)",
         "kept Namespace fresh: it holds objects ferry did not apply "
@@ -367,7 +368,7 @@ def test_a_rollout_that_never_gets_ready_fails_the_gate(emulator: KubeEmulator, 
     rollout = _by_name(results)["manifests.rollout"]
     assert rollout.status == Status.FAIL
     assert rollout.evidence == [f"apps/v1|Deployment|{NS}|trainer: updatedReplicas 0 of 2"]
-    phase.rollback(audit.root)
+    phase.rollback(audit)
     assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
 
 
@@ -382,16 +383,16 @@ def test_a_later_rollback_stops_on_objects_changed_since_unless_forced(emulator:
         "trainer-config", NS, {"data": {"EPOCHS": "12"}}
     )
     # Before the run commits (its own gate failed), its rollback does not ask: nobody else could have changed it.
-    assert not any(i.startswith("changed since") for i in phase.rollback(audit.root, dry_run=True).items)
+    assert not any(i.startswith("changed since") for i in phase.rollback(audit, dry_run=True).items)
     runlog = RunLog(tmp_path / ".ferry" / "state")
     runlog.set_phase("llm-train", "manifests", phase.input_hash(), "committed", "run-1")
     runlog.close()
-    preview = phase.rollback(audit.root, dry_run=True)
+    preview = phase.rollback(audit, dry_run=True)
     assert preview.items[0] == f"changed since the rollout: v1 ConfigMap {NS} trainer-config"
     with pytest.raises(UsageError, match="1 object\\(s\\) changed since the rollout of run run-1"):
-        phase.rollback(audit.root)
+        phase.rollback(audit)
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "12"
-    phase.rollback(audit.root, force=True)
+    phase.rollback(audit, force=True)
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"] == {"EPOCHS": "5", "LR": "0.1"}
 
 
@@ -411,7 +412,7 @@ def test_a_retried_step_keeps_the_first_snapshot_and_a_job_is_replaced_once(
         json.loads(line)["action"] for line in (audit.root / "manifests" / "applied.jsonl").read_text().splitlines()
     ]
     assert actions.count("replaced") == 1
-    undo = phase.rollback(audit.root)
+    undo = phase.rollback(audit)
     assert len(undo.items) == 7
     assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
 
@@ -423,7 +424,7 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     source = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/trainer:2024.06"
     digest = "sha256:" + "e" * 64
     record = digest_map.ImageRecord(source, "registry.meta.example/ai-training/trainer:2024.06", digest, "rebuilt")
-    digest_map.publish(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), [record])
+    write_atomic(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), digest_map.render([record]))
     phase = _phase(plan)
     rendering = phase.render()
     deployment = next(d for d in rendering.documents if d.kind == "Deployment").plain()
@@ -438,7 +439,7 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     ]
     # The map is an input of the phase: publishing another changes its hash.
     before = phase.input_hash()
-    digest_map.publish(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), [])
+    write_atomic(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), digest_map.render([]))
     assert _phase(plan).input_hash() != before
 
 
