@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ferry import digest_map
 from ferry.iam.model import published_bindings
-from ferry.oci import Reference, Registry
+from ferry.images.oci import Registry
+from ferry.images.reference import Reference
 from tests.support import Watched, buildah, busybox_image, run_ferry, start_registry
 
 POINTS = [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ferry import digest_map
-from ferry.oci import Registry
+from ferry.images.oci import Registry
 from tests.support import buildah, busybox_image, start_registry
 
 PLAN = """\
