@@ -7,7 +7,8 @@ import shutil
 from collections.abc import Callable
 
 from ferry.digest_map import ImageRecord
-from ferry.oci import Reference, Registry, RegistryError
+from ferry.images.oci import Registry, RegistryError
+from ferry.images.reference import Reference
 from ferry.results import CheckResult, Status
 
 RegistryOf = Callable[[str], Registry]

@@ -27,7 +27,7 @@ from rich.table import Table
 from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
 from ferry import __version__, logs, units
 from ferry.errors import FerryError, Interrupted, UsageError
-from ferry.images import read_dockerfile, rebase
+from ferry.images.rebase import read_dockerfile, rebase
 from ferry.layout import StateLayout
 from ferry.lock import Busy, held
 from ferry.phases.base import open_phase

@@ -330,7 +330,7 @@ def test_two_plans_in_one_bucket_and_state_dir_undo_only_their_own(moto_env, pre
 
 def registry_listing(host: str) -> dict[str, str]:
     """Every tag of every repository the registry holds: repo:tag -> the digest of its manifest's bytes."""
-    from ferry.oci import Registry
+    from ferry.images.oci import Registry
 
     registry = Registry(host, insecure=True)
     with urllib.request.urlopen(f"http://{host}/v2/_catalog?n=1000", timeout=30) as answer:

@@ -16,9 +16,9 @@ from checks.preflight import check_registry
 from connectors.base import WriteSpec
 from connectors.registry import open_connector
 from ferry.errors import PermanentError, TransientError
+from ferry.images.oci import Registry, RegistryError
+from ferry.images.tool import run_tool
 from ferry.net import may_pass_again, plain_http
-from ferry.oci import Registry, RegistryError
-from ferry.phases.images import _run_tool
 from ferry.profiles import Profile
 from ferry.results import Status
 from tests.support import Server, free_port, start_registry
@@ -58,7 +58,7 @@ def test_tls_to_a_plain_http_registry_says_so_and_the_setting(registry: Server) 
     assert f"127.0.0.1:{registry.port} {PLAIN}" in str(caught.value)
     # The tools (skopeo, buildah) say it their way; the phase says it in the same words.
     with pytest.raises(PermanentError) as caught:
-        _run_tool(["skopeo", "inspect", "--tls-verify=true", f"docker://127.0.0.1:{registry.port}/ml/x:1"], "copy x")
+        run_tool(["skopeo", "inspect", "--tls-verify=true", f"docker://127.0.0.1:{registry.port}/ml/x:1"], "copy x")
     said = str(caught.value)
     assert said.startswith(f"copy x: 127.0.0.1:{registry.port} {PLAIN}") and "; skopeo exited 1: " in said
 
@@ -154,5 +154,5 @@ def test_tls_to_a_plain_http_s3_endpoint_names_the_profile_setting(moto_env) -> 
 
 def test_the_tools_name_no_cause_they_did_not_give() -> None:
     with pytest.raises(PermanentError) as caught:
-        _run_tool(["skopeo", "inspect", "oci:/nonexistent-layout"], "inspect")
+        run_tool(["skopeo", "inspect", "oci:/nonexistent-layout"], "inspect")
     assert "plain HTTP" not in str(caught.value) and "connection refused" not in str(caught.value)

@@ -17,8 +17,9 @@ import shutil
 import signal
 from pathlib import Path
 
+from ferry.images.oci import Registry
+from ferry.images.reference import Reference
 from ferry.layout import StateLayout
-from ferry.oci import Reference, Registry
 from tests.support import Watched, buildah, busybox_image, run_ferry, start_registry
 
 POINTS = [

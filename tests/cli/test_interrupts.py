@@ -272,7 +272,7 @@ def iam_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
 
 
 def images_plan(root: Path, name: str, ports: dict) -> tuple[Path, callable]:
-    from ferry.oci import Registry
+    from ferry.images.oci import Registry
     from tests.flows.test_images_pipeline import PLAN
     from tests.support import buildah, busybox_image
 

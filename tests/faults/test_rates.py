@@ -25,7 +25,7 @@ from azure.storage.blob import BlobServiceClient
 
 from connectors.transfer import TransferSettings
 from ferry.errors import FerryError
-from ferry.oci import Registry
+from ferry.images.oci import Registry
 from ferry.profiles import Profile
 from ferry.sync import run_sync
 from tests.faults.proxy import FaultProxy

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ferry.images.oci import Registry
 from ferry.layout import StateLayout
-from ferry.oci import Registry
 from tests.support import buildah, busybox_image, start_registry
 
 PLAN = """\

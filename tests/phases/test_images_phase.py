@@ -18,8 +18,9 @@ import pytest
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
+from ferry.images.oci import Registry
+from ferry.images.reference import Reference
 from ferry.layout import StateLayout
-from ferry.oci import Reference, Registry
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status
@@ -428,7 +429,7 @@ def test_a_copy_that_keeps_meeting_503s_fails_transiently_and_the_retried_step_c
     """skopeo does not retry a 503 on a manifest PUT: ferry copies again, then the step fails as transient (so
     Prefect's task retry runs it again in the same run), and what the first attempt pushed stays undoable."""
     from ferry.errors import TransientError
-    from ferry.oci import RETRIES
+    from ferry.images.oci import RETRIES
     from tests.faults.proxy import FaultProxy
 
     with FaultProxy(registries.target.port, unavailable="/v2/retry/eval/manifests/2") as proxy:

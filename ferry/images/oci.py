@@ -45,33 +45,6 @@ RETRIES = 3
 
 
 @dataclass(frozen=True)
-class Reference:
-    """An image reference split into its registry host, repository and tag or digest."""
-
-    host: str
-    repository: str
-    # A tag, or a digest "sha256:..."
-    ref: str
-
-    @classmethod
-    def parse(cls, reference: str) -> Reference:
-        """host/repo[:tag][@digest] (the host is required: callers normalise first); a digest wins over a tag."""
-        name, _, digest = reference.partition("@")
-        host, _, path = name.partition("/")
-        tag = ""
-        if path.rfind(":") > path.rfind("/"):
-            path, _, tag = path.rpartition(":")
-        return cls(host, path, digest or tag or "latest")
-
-    @property
-    def is_digest(self) -> bool:
-        return self.ref.startswith("sha256:")
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.repository}{'@' if self.is_digest else ':'}{self.ref}"
-
-
-@dataclass(frozen=True)
 class Manifest:
     """A manifest or index as the registry stores it: its bytes are what its digest is of."""
 

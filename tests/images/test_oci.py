@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ferry.oci import Registry
+from ferry.images.oci import Registry
 from tests.flows.test_secrets_scan import TokenServer, start_registry_with_tokens
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.images import RebaseError, cuda_version, expand, find_rule, match_tags, normalise, rebase
+from ferry.images.rebase import RebaseError, expand, rebase
 from ferry.plan import load_target_profile
 
 META = load_target_profile("meta-compute", Path("."))
@@ -422,30 +422,6 @@ def test_bad_dockerfiles_are_one_error(text: str, error: str) -> None:
     assert str(raised.value) == error
 
 
-@pytest.mark.parametrize(
-    ("reference", "normalised"),
-    [
-        ("ubuntu", "docker.io/library/ubuntu:latest"),
-        ("nvidia/cuda:12", "docker.io/nvidia/cuda:12"),
-        ("index.docker.io/nvidia/cuda:12", "docker.io/nvidia/cuda:12"),
-        ("localhost/x", "localhost/x:latest"),
-        ("127.0.0.1:5000/ml/x@" + DIGEST, "127.0.0.1:5000/ml/x@" + DIGEST),
-        ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io/nvidia/pytorch:24.01-py3"),
-    ],
-)
-def test_normalise(reference: str, normalised: str) -> None:
-    assert normalise(reference) == normalised
-
-
-def test_rules_are_normalised_and_first_match_wins() -> None:
-    from ferry.plan import BaseImageRule
-
-    rules = [BaseImageRule(match="nvidia/cuda:*", to="a"), BaseImageRule(match="docker.io/nvidia/*", to="b")]
-    assert find_rule("docker.io/nvidia/cuda:12", rules).to == "a"
-    assert find_rule("nvidia/cudagl:12", rules).to == "b"
-    assert find_rule("nvcr.io/nvidia/cuda:12", rules) is None
-
-
 def test_expand() -> None:
     args = {"A": "x", "B": None}
     assert expand("$A-${A}-${B:-d}-${A:+p}-${C:-e}", args) == "x-x-d-p-e"
@@ -455,21 +431,3 @@ def test_expand() -> None:
     assert [expand(t, empty) for t in ("${E:-d}", "${E-d}", "${E:+p}", "${E+p}", "${E?m}")] == ["d", "", "", "p", ""]
     assert expand("${E:?m}", empty) is None and expand("${A:?m}", args) == "x"
     assert expand("${A#x}", args) is None and expand("${A%%x}", args) is None
-
-
-@pytest.mark.parametrize(
-    ("config", "cuda"),
-    [
-        ({"config": {"Env": ["PATH=/bin", "CUDA_VERSION=12.4.1"]}}, "12.4.1"),
-        ({"config": {"Env": ["NV_CUDA_LIB_VERSION=12.2.0-1"]}}, "12.2.0"),
-        ({"config": {"Labels": {"com.nvidia.cuda.version": "11.8.0"}}}, "11.8.0"),
-        ({"config": {"Env": ["PATH=/bin"]}}, None),
-        (None, None),
-    ],
-)
-def test_cuda_fingerprint(config, cuda) -> None:
-    assert cuda_version(config) == cuda
-
-
-def test_match_tags() -> None:
-    assert match_tags("2024.*", ["2024.06", "2023.12", "2024.07-rc1", "latest"]) == ["2024.06", "2024.07-rc1"]

@@ -8,8 +8,6 @@ blank lines, heredoc bodies, a BOM and CRLF endings come out byte for byte as th
 from __future__ import annotations
 
 import difflib
-import hashlib
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +17,7 @@ from typing import Literal
 import dockerfile
 
 from ferry.errors import UsageError
+from ferry.images.reference import find_rule, normalise, repository
 from ferry.plan import BaseImageRule
 
 # What a FROM names: a rebased image, an earlier stage, scratch, an image already the target's, or an
@@ -33,64 +32,6 @@ _ONE_VAR = re.compile(r"^\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A
 
 class RebaseError(UsageError):
     """The Dockerfile cannot be read or parsed, or an edit cannot be placed in it (one line: file:line: problem)."""
-
-
-def normalise(reference: str) -> str:
-    """reference as the registry knows it: Docker Hub short names get docker.io (and library/), no tag: latest."""
-    name, at, digest = reference.partition("@")
-    first, slash, rest = name.partition("/")
-    if slash and ("." in first or ":" in first or first.lower() == "localhost"):
-        # A registry host is case-insensitive (NVCR.IO is nvcr.io); the repository path is not.
-        first = first.lower()
-        name = f"{first}/{rest}"
-    if not slash:
-        name = f"docker.io/library/{name}"
-    elif "." not in first and ":" not in first and first != "localhost":
-        name = f"docker.io/{name}"
-    elif first == "index.docker.io":
-        name = f"docker.io/{rest}"
-    has_tag = name.rfind(":") > name.rfind("/")
-    if not has_tag and not at:
-        name += ":latest"
-    return f"{name}{at}{digest}"
-
-
-def _pattern(match: str) -> re.Pattern[str]:
-    head, slash, _ = match.partition("/")
-    if match == "*" or (slash and "*" in head):
-        # A `*` in the registry part could stand for any registry: such a rule is taken as written.
-        text = match
-    else:
-        text = normalise(match)
-        name = match.partition("@")[0]
-        if "*" in match and name.rfind(":") <= name.rfind("/"):
-            text = text.removesuffix(":latest")  # `*` already spans the tag
-    return re.compile(".*".join(re.escape(part) for part in text.split("*")))
-
-
-def _match_key(normalised: str) -> str:
-    """What rules match: name:tag (a source digest does not count), or name@digest when there is no tag."""
-    name, _, _digest = normalised.partition("@")
-    return name if name.rfind(":") > name.rfind("/") else normalised
-
-
-def find_rule(reference: str, rules: Sequence[BaseImageRule]) -> BaseImageRule | None:
-    """The first rule whose `match` (`*` spans any characters) matches the normalised reference.
-
-    A reference pinned by digest alone has no tag: a rule for any tag of its repository (`name:*`) matches it.
-    """
-    normalised = normalise(reference)
-    keys = [_match_key(normalised)]
-    name = normalised.partition("@")[0]
-    if name.rfind(":") <= name.rfind("/"):
-        keys.append(f"{name}:")
-    return next((rule for rule in rules if any(_pattern(rule.match).fullmatch(key) for key in keys)), None)
-
-
-def repository(reference: str) -> str:
-    """The normalised repository of reference (no tag, no digest)."""
-    name = normalise(reference).partition("@")[0]
-    return name[: name.rfind(":")] if name.rfind(":") > name.rfind("/") else name
 
 
 def expand(text: str, args: dict[str, str | None]) -> str | None:
@@ -450,43 +391,3 @@ def _unquote(value: str) -> str:
 def _requote(written: str, new: str) -> str:
     """new, in the quotes written had (if any)."""
     return f"{written[0]}{new}{written[0]}" if _unquote(written) != written else new
-
-
-def content_hash(dockerfile_text: str, context: Path, build_args: dict[str, str], extra: Sequence[str] = ()) -> str:
-    """A digest of what a build's result depends on: the rebased Dockerfile, every file of the context, the args.
-
-    Stored as a label on the image, so a rebuild whose inputs did not change is skipped.
-    """
-    digest = hashlib.sha256()
-    digest.update(dockerfile_text.encode("utf-8") + b"\0")
-    for key in sorted(build_args):
-        digest.update(f"arg {key}={build_args[key]}\0".encode())
-    for item in extra:
-        digest.update(f"{item}\0".encode())
-    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
-        relative = path.relative_to(context).as_posix()
-        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-        digest.update(f"file {relative} {len(body)}\0".encode() + body)
-    return "sha256:" + digest.hexdigest()
-
-
-# NGC's images set CUDA_VERSION; newer ones also NV_CUDA_LIB_VERSION, a package version ("12.4.1-1").
-_CUDA_ENV = ("CUDA_VERSION", "NV_CUDA_LIB_VERSION")
-_CUDA_LABELS = ("com.nvidia.cuda.version", "cuda.version")
-
-
-def cuda_version(config: dict | None) -> str | None:
-    """The CUDA toolkit an image config names (its CUDA_VERSION or NV_CUDA_* env, else a label), None if none."""
-    inner = (config or {}).get("config") or {}
-    env = dict(item.partition("=")[::2] for item in inner.get("Env") or [])
-    labels = inner.get("Labels") or {}
-    for value in [env.get(k) for k in _CUDA_ENV] + [labels.get(k) for k in _CUDA_LABELS]:
-        if value:
-            return value.split("-", 1)[0]
-    return None
-
-
-def match_tags(pattern: str, tags: Sequence[str]) -> list[str]:
-    """The tags that pattern (`*` spanning any characters) matches, sorted."""
-    regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
-    return sorted(t for t in tags if regex.fullmatch(t))
