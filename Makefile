@@ -1,4 +1,4 @@
-# ferry: `make demo` runs the main job on embedded defaults; `make test` runs the suite.
+# ferry: `make demo` runs the demo plans on embedded defaults; `make test` runs the suite.
 # Both build what they need (.venv, Node test servers) on a fresh machine.
 
 PYTHON ?= python3

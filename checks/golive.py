@@ -1,15 +1,21 @@
 """The go-live gate: interconnect latency, checkpoint throughput, scale-up time, CUDA against driver, placement.
 
-Each check says SKIP with its reason when it could not measure, never PASS; the phase turns any SKIP into a WARN
-of the whole gate (FAIL under strict): a go-live that measured nothing is not a PASS.
+Each check says SKIP with its reason when it could not measure, never PASS; `golive_checks` reads what the steps
+recorded in the run's audit folder and ends with a check that WARNs of any SKIP (FAIL under strict): a go-live
+that measured nothing is not a PASS.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import yaml
+
 from checks.iam import check_rbac_schema
-from ferry.golive.checkpoint import significant
+from ferry.golive.checkpoint import Measurement, significant
 from ferry.golive.cuda import check as cuda_verdict
-from ferry.golive.placement import Advice
+from ferry.golive.placement import Advice, Workload, advise
 from ferry.results import CheckResult, Status
 
 
@@ -137,3 +143,101 @@ def check_measured(results: list[CheckResult]) -> CheckResult:
     evidence = [f"{r.name}: {'; '.join(r.evidence) or 'no reason given'}" for r in skipped]
     status = Status.WARN if skipped else Status.PASS
     return CheckResult("golive.everything_measured", status, {"skipped": len(skipped)}, {"skipped": 0}, evidence)
+
+
+def recorded(folder: Path, step: str) -> dict:
+    """What a go-live step recorded in `<folder>/<step>.json` (folder: a run's golive audit folder); {} if none."""
+    file = folder / f"{step}.json"
+    return json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
+
+
+def golive_checks(
+    folder: Path,
+    gate: dict[str, float],
+    workloads: list[Workload],
+    *,
+    server_check: bool,
+    replicas: int,
+    kubernetes_version: str | None,
+) -> list[CheckResult]:
+    """Every go-live check from what the steps recorded in folder, against gate (`gates.golive`, by field); the last
+    one WARNs if any of them SKIPped. server_check: the plan names a probe server, or no latency at all (that check
+    then SKIPs saying so); replicas: the autoscaling spike's (0 without one)."""
+    fingerprint = recorded(folder, "fingerprint")
+    latency = recorded(folder, "latency")
+    scaling = recorded(folder, "autoscaling")
+    results = [
+        check_cuda(
+            fingerprint.get("images", {}),
+            fingerprint.get("driver"),
+            fingerprint.get("images_source", ""),
+            fingerprint.get("driver_source", ""),
+        ),  # fmt: skip
+        check_gpu(fingerprint.get("gpu") or {"status": "SKIP", "reason": "the fingerprint step did not run"}),
+        check_placement([advise(w) for w in workloads]),
+    ]
+    if server_check:
+        results.append(
+            check_latency(
+                "golive.interconnect_p99",
+                latency.get("result"),
+                gate["p99_us"],
+                latency.get("reason") or "step did not run",
+            )
+        )
+    if latency.get("jobs"):
+        docs = [d for d in yaml.safe_load_all(Path(latency["jobs"]).read_text(encoding="utf-8")) if d]
+        results.append(check_probe_jobs(docs, kubernetes_version, latency["jobs"]))
+        problem = latency.get("jobs_problem")
+        results.append(
+            check_latency(
+                "golive.interconnect_p99_jobs", latency.get("jobs_result"), gate["p99_us"],
+                latency.get("jobs_reason") or "", [problem] if problem else [],
+            )
+        )  # fmt: skip
+    results += _throughput(recorded(folder, "checkpoint"), gate)
+    results.append(
+        check_scale_up(
+            scaling.get("seconds"), replicas, gate["scale_up_s"],
+            scaling.get("evidence") or [scaling.get("reason") or "step did not run"], scaling.get("problems", []),
+        )
+    )  # fmt: skip
+    return [*results, check_measured(results)]
+
+
+def _throughput(ckpt: dict, gate: dict[str, float]) -> list[CheckResult]:
+    """The checkpoint step's record as the write and the read check."""
+    write_min, read_min = gate["checkpoint_write_gb_per_s"], gate["checkpoint_read_gb_per_s"]
+    measured = ckpt.get("result")
+    if measured is None:
+        why = [ckpt.get("reason") or "step did not run"]
+        return [
+            check_throughput("golive.checkpoint_write", None, write_min, why, []),
+            check_throughput("golive.checkpoint_read", None, read_min, why, []),
+        ]
+    result = Measurement(**measured)
+    where = f"{result.bytes:,} bytes in {result.shards} shards to {result.target}"
+    cleanup = [f"cleanup: {result.cleanup}"]
+    figures = result.write_shard_gb_per_s
+    spread = (
+        f"{' / '.join(f'{v:.4g}' for v in figures.values())} GB/s ({'/'.join(figures)}; the engine's latencies, "
+        "5% buckets)"
+        if figures
+        else "no per-shard figures"
+    )
+    write = [
+        f"{where} through the transfer engine in {result.write_s and round(result.write_s, 3)} s",
+        f"per-shard write: {spread}",
+        *cleanup,
+    ]
+    read = [
+        f"read back and SHA-256 verified in {result.read_s and round(result.read_s, 3)} s",
+        f"per-shard read: {result.spread(result.read_shard_gb_per_s)}",
+        *cleanup,
+    ]
+    # A failed write leaves nothing to read: both fail; a shard that reads back different fails the read.
+    write_problems = result.problems if result.write_gb_per_s is None else []
+    return [
+        check_throughput("golive.checkpoint_write", result.write_gb_per_s, write_min, write, write_problems),
+        check_throughput("golive.checkpoint_read", result.read_gb_per_s, read_min, read, result.problems),
+    ]

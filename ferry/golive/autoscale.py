@@ -3,18 +3,25 @@ restore what was there in a `finally`.
 
 With an HPA named, its minReplicas (and maxReplicas, if lower) is raised so that the autoscaler itself scales
 the Deployment, as a load spike would make it; otherwise the Deployment's replicas are set directly. The original
-replica count and HPA bounds are returned before anything changes, so a crashed run can be restored later.
+replica count and HPA bounds are returned before anything changes, so a crashed run can be restored later: a run
+journals them (ORIGINAL) before the spike and marks them put back (RESTORED) after.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ferry.errors import PermanentError, TransientError
+from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.golive.kube import translated
+
+# In a run's golive audit folder: the snapshot taken before the spike (journalled first), and that it was put back.
+ORIGINAL, RESTORED = "autoscaling-original.json", "autoscaling-restored.json"
 
 
 @dataclass
@@ -121,3 +128,63 @@ def _raise_and_wait(
         if stop.wait(poll_s):
             result.problems.append(f"interrupted with {ready} of {replicas} replica(s) Ready")
             return
+
+
+def measure(
+    connect: Callable[[], Any],
+    namespace: str,
+    deployment: str,
+    hpa: str | None,
+    replicas: int,
+    timeout_s: float,
+    *,
+    poll_s: float,
+    stop: threading.Event,
+    journal: Callable[[str, dict], object],
+) -> dict:
+    """What the autoscaling step records of one spike through a client from connect: seconds (None unmeasured), and
+    evidence and problems (a FAIL), or a reason (a SKIP). journal(name, data) writes a file whole into the run's
+    golive audit folder: the snapshot (ORIGINAL) before anything changes, RESTORED once it is put back."""
+    try:
+        api = connect()
+    except UsageError as exc:
+        return {"seconds": None, "reason": f"no cluster: {exc}"}
+    try:
+        original = snapshot(api, namespace, deployment, hpa)
+        # Journalled before anything changes: rollback restores it if this run dies before its finally.
+        journal(ORIGINAL, original)
+        result = spike(api, original, replicas, timeout_s, poll_s=poll_s, stop=stop)
+        if result.restored:
+            journal(RESTORED, {"restored": True})
+        return {"seconds": result.seconds, "evidence": result.evidence, "problems": result.problems}
+    except TransientError as exc:
+        return {"seconds": None, "reason": str(exc)}
+    except PermanentError as exc:
+        return {"seconds": None, "evidence": [], "problems": [str(exc)]}
+    finally:
+        api.close()
+
+
+def unrestored(folder: Path) -> dict[str, Any] | None:
+    """The snapshot a run (folder: its golive audit folder) journalled and did not put back, else None."""
+    original = folder / ORIGINAL
+    if not original.exists() or (folder / RESTORED).exists():
+        return None
+    return json.loads(original.read_text(encoding="utf-8"))
+
+
+def restore_journalled(folder: Path, original: dict[str, Any], connect: Callable[[], Any] | None) -> str:
+    """Put a run's journalled snapshot back through a client from connect (None: the plan names no cluster any more)
+    and mark that run's folder restored; a line starting "could not" when it could not."""
+    if connect is None:
+        return "could not restore the replica count: target.cluster is no longer set"
+    try:
+        api = connect()
+        try:
+            text = restore(api, original)
+        finally:
+            api.close()
+    except FerryError as exc:
+        return f"could not restore the replica count: {exc}"
+    (folder / RESTORED).write_text(json.dumps({"restored": True}) + "\n", encoding="utf-8")
+    return f"restored {text}"

@@ -4,7 +4,8 @@ The checkpoint is shaped like a sharded model state dict (equal shards `model-00
 remainder in the last), of incompressible bytes, written once under a cache folder and reused by later
 runs (and by a benchmark's synthetic source). A measurement copies it to a fresh prefix of the target through the
 transfer engine, reads every shard back through the target's connector and checks its SHA-256, and deletes what
-it wrote (and any unfinished multipart upload) in a `finally`, whatever failed.
+it wrote (and any unfinished multipart upload) in a `finally`, whatever failed. A run journals the place it writes
+to (JOURNAL) before it writes and marks it cleaned (CLEANED) after: what a killed run left is found from that.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ferry.interrupts import failpoint
 from ferry.profiles import Profile
 
 _CHUNK = 8 << 20
+# In a run's golive audit folder: where its checkpoint writes (journalled first), and that it was cleaned up.
+JOURNAL, CLEANED = "checkpoint-target.json", "checkpoint-cleaned.json"
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,32 @@ def cleanup(target_url: str, profiles: Mapping[str, Profile]) -> str:
         return f"deleted {len(keys)} object(s) and aborted {len(aborted)} unfinished upload(s) under {target.url}"
     finally:
         target.close()
+
+
+def journalled(folder: Path) -> str | None:
+    """The checkpoint place a run (folder: its golive audit folder) journalled and did not clean up, else None."""
+    journal = folder / JOURNAL
+    if not journal.exists() or (folder / CLEANED).exists():
+        return None
+    return json.loads(journal.read_text(encoding="utf-8"))["url"]
+
+
+def crashed(folder: Path) -> list[tuple[Path, str]]:
+    """What the checkpoints of earlier runs left (folder: this run's golive audit folder; theirs are its siblings'):
+    a run killed mid-write (kill -9, a lost machine) never reached its own clean-up. (folder, place) of each."""
+    found = []
+    for journal in sorted(folder.parent.parent.glob(f"*/{folder.name}/{JOURNAL}")):
+        url = None if journal.parent == folder else journalled(journal.parent)
+        if url is not None:
+            found.append((journal.parent, url))
+    return found
+
+
+def clean_journalled(folder: Path, url: str, profiles: Mapping[str, Profile]) -> str:
+    """Delete everything under a run's journalled checkpoint place and mark that run's folder cleaned."""
+    done = cleanup(url, profiles)
+    (folder / CLEANED).write_text(json.dumps({"cleanup": done}) + "\n", encoding="utf-8")
+    return done
 
 
 def run_url(storage: str, prefix: str, run: str) -> str:

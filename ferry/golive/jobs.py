@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ferry.errors import PermanentError
+from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.golive import probe
 from ferry.golive.kube import translated
 
@@ -189,3 +190,29 @@ def run(api: Any, docs: list[dict], timeout_s: float, *, poll_s: float = 2.0) ->
         with translated(f"deleting the probe Jobs in {namespace}"):
             for doc in reversed(docs):
                 _delete(api, doc)
+
+
+def measure(
+    docs: list[dict], path: Path, connect: Callable[[], Any] | None, timeout_s: float, *, poll_s: float = 2.0
+) -> dict:
+    """What the latency step records of the probe pair rendered at path: run() through a client from connect (None:
+    the plan names no cluster); the summary (jobs_result), else why not (jobs_reason, a SKIP) or what failed
+    (jobs_problem, a FAIL)."""
+    found: dict[str, Any] = {"jobs": str(path), "jobs_result": None, "jobs_reason": ""}
+    if connect is None:
+        found["jobs_reason"] = f"no cluster (target.cluster): the Jobs are rendered in {path}, not run"
+        return found
+    try:
+        api = connect()
+    except UsageError as exc:
+        found["jobs_reason"] = f"no cluster: {exc}; the Jobs are rendered in {path}, not run"
+        return found
+    try:
+        found["jobs_result"] = run(api, docs, timeout_s, poll_s=poll_s)
+    except TransientError as exc:
+        found["jobs_reason"] = str(exc)
+    except PermanentError as exc:
+        found["jobs_problem"] = str(exc)
+    finally:
+        api.close()
+    return found

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from ferry.audit import gate_markdown
+from ferry.audit import AuditFolder, gate_markdown
 from ferry.results import CheckResult, Status
 
 TEMPLATE = Path(__file__).with_name("report.html.j2")
@@ -114,3 +115,28 @@ def html(
         rdma_note=RDMA_NOTE,
         generated=generated,
     )
+
+
+def write(
+    audit: AuditFolder,
+    title: str,
+    verdict: Status,
+    results: list[CheckResult],
+    *,
+    latency: dict | None,
+    checkpoint: dict | None,
+    gate: dict[str, float],
+) -> tuple[Path, str]:
+    """Write the page (report.html) and the Markdown (report.md) into the run's golive audit folder; return the
+    page's path and the Markdown."""
+    page = audit.path("golive", "report.html")
+    page.write_text(
+        html(
+            title, verdict, results, latency=latency, checkpoint=checkpoint, gate=gate,
+            generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        ),
+        encoding="utf-8",
+    )  # fmt: skip
+    text = markdown(title, verdict, results, page)
+    audit.write_text("golive", "report.md", text)
+    return page, text

@@ -10,11 +10,9 @@ that cleanup again for anything a crashed run left behind.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,24 +20,15 @@ import structlog
 import yaml
 from pydantic import BeforeValidator, Field, model_validator
 
-from checks.golive import (
-    check_cuda,
-    check_gpu,
-    check_latency,
-    check_measured,
-    check_placement,
-    check_probe_jobs,
-    check_scale_up,
-    check_throughput,
-)
+from checks.golive import golive_checks, recorded
 from connectors.transfer import TransferSettings
-from ferry import digest_map
 from ferry.audit import AuditFolder
-from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import autoscale, checkpoint, cuda, gpu_probe, kube, placement, probe, report
+from ferry.errors import FerryError
+from ferry.golive import autoscale, checkpoint, cuda, kube, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
+from ferry.golive.fingerprint import fingerprint
 from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
 from ferry.plan import DNS_LABEL, Size
 from ferry.results import CheckResult, gate_status
@@ -130,14 +119,6 @@ class WorkloadSettings(Settings):
     job_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
-def _version_order(driver: str) -> tuple[int, ...]:
-    """A node label's driver for ordering; one that is not a version sorts first, so that it is judged (and said)."""
-    try:
-        return cuda.parse_driver(driver)
-    except ValueError:
-        return ()
-
-
 class GoliveSettings(Settings):
     latency: Latency | None = None
     checkpoint: Checkpoint | None = None
@@ -158,8 +139,6 @@ class GoliveGate(Settings):
 
 
 STEPS = ["fingerprint", "latency", "checkpoint", "autoscaling", "report"]
-# In a run's audit folder: where its checkpoint writes (journalled first), and that it was cleaned up.
-CHECKPOINT_TARGET, CHECKPOINT_CLEANED = "checkpoint-target.json", "checkpoint-cleaned.json"
 
 
 class GolivePhase(Phase):
@@ -179,20 +158,6 @@ class GolivePhase(Phase):
 
     def steps(self) -> list[str]:
         return list(STEPS)
-
-    def workloads(self) -> list[placement.Workload]:
-        return [
-            placement.Workload(
-                w.name,
-                w.params,
-                w.nodes,
-                w.virt_overhead,
-                w.hourly_cost_delta,
-                w.job_hours,
-                self.settings.long_job_hours,
-            )
-            for w in self.settings.workloads
-        ]
 
     def inputs(self) -> dict[str, Any]:
         return {"target": self.loaded.storage("target"), "cluster": self._cluster_name()}
@@ -254,52 +219,7 @@ class GolivePhase(Phase):
 
     def _fingerprint(self, audit: AuditFolder, reporter: Reporter) -> dict:
         published = self.loaded.layout.digest_map(self.loaded.plan.name)
-        images = {r.target: r.cuda for r in digest_map.read(published).values()}
-        gpu = self._gpu() if self.settings.gpu_probe else {"status": "SKIP", "reason": "gpu_probe: false"}
-        driver, driver_source = self._driver()
-        return {
-            "images": images,
-            "images_source": str(published),
-            "driver": driver,
-            "driver_source": driver_source,
-            "gpu": gpu,
-        }
-
-    def _driver(self) -> tuple[str | None, str]:
-        """The driver to judge against and where it came from: the plan's, else the oldest the nodes' labels say."""
-        if self.settings.nodes.driver:
-            return self.settings.nodes.driver, "phases.golive.nodes.driver"
-        if self.loaded.plan.target.cluster is None:
-            return None, "no driver: set phases.golive.nodes.driver (or target.cluster, to read the node labels)"
-        try:
-            api = self._api()
-            try:
-                drivers = kube.node_drivers(api)
-            finally:
-                api.close()
-        except FerryError as exc:
-            return (
-                None,
-                f"no driver: phases.golive.nodes.driver is not set and the node labels could not be read: {exc}",
-            )
-        if not drivers:
-            return None, "no driver: no node carries GPU feature discovery's driver labels (nvidia.com/cuda.driver*)"
-        oldest = min(drivers.values(), key=_version_order)
-        shown = ", ".join(f"{node} {version}" for node, version in sorted(drivers.items()))
-        return oldest, f"the oldest driver on the labelled nodes ({shown})"
-
-    def _gpu(self) -> dict:
-        """The standalone GPU probe run as its own process (torch stays out of ferry's)."""
-        try:
-            done = subprocess.run(
-                [sys.executable, gpu_probe.__file__], capture_output=True, text=True, timeout=600, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "SKIP", "reason": "the GPU probe did not finish within 600 s"}
-        try:
-            return json.loads(done.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            return {"status": "SKIP", "reason": f"the GPU probe failed: {done.stderr.strip()[-300:] or 'no output'}"}
+        return fingerprint(published, self.settings.nodes.driver, self._connect(), gpu=self.settings.gpu_probe)
 
     def _latency(self, audit: AuditFolder, reporter: Reporter) -> dict:
         """Round trips to the named server, and/or through the probe Jobs on target.cluster."""
@@ -325,34 +245,17 @@ class GolivePhase(Phase):
             cluster.namespace if cluster else "default", protocol=s.protocol, samples=s.samples, image=s.image
         )
         path = audit.write_text(self.name, "probe-jobs.yaml", yaml.safe_dump_all(docs, sort_keys=False))
-        found: dict[str, Any] = {"jobs": str(path), "jobs_result": None, "jobs_reason": ""}
-        if cluster is None:
-            found["jobs_reason"] = f"no cluster (target.cluster): the Jobs are rendered in {path}, not run"
-            return found
-        try:
-            api = self._api()
-        except UsageError as exc:
-            found["jobs_reason"] = f"no cluster: {exc}; the Jobs are rendered in {path}, not run"
-            return found
-        try:
-            found["jobs_result"] = probe_jobs.run(api, docs, s.jobs_timeout_s, poll_s=s.poll_s)
-        except TransientError as exc:
-            found["jobs_reason"] = str(exc)
-        except PermanentError as exc:
-            found["jobs_problem"] = str(exc)
-        finally:
-            api.close()
-        return found
+        return probe_jobs.measure(docs, path, self._connect(), s.jobs_timeout_s, poll_s=s.poll_s)
 
     def _checkpoint(self, audit: AuditFolder, reporter: Reporter) -> dict:
         s = self.settings.checkpoint
         if s is None:
             return {"result": None, "reason": "not configured (phases.golive.checkpoint)"}
-        self._clean_crashed(audit)
+        self._clean_crashed(audit.root / self.name)
         url = checkpoint.run_url(self.loaded.storage("target"), s.prefix, f"{audit.root.name}-{time.time_ns()}")
         # Journalled before anything is written: a crashed run's leftovers are found and removed (by the next
         # measurement, or a rollback).
-        audit.write_json(self.name, CHECKPOINT_TARGET, {"url": url})
+        audit.write_json(self.name, checkpoint.JOURNAL, {"url": url})
         source = checkpoint.synthetic(self.loaded.layout.synthetic_checkpoint, s.size, s.shards)
         settings = TransferSettings(threads=s.threads)
         result = checkpoint.measure(
@@ -360,29 +263,18 @@ class GolivePhase(Phase):
         )
         log.info("checkpoint measured", write=result.write_gb_per_s, read=result.read_gb_per_s)
         if result.cleanup and not any(p.startswith("cleanup of") for p in result.problems):
-            audit.write_json(self.name, CHECKPOINT_CLEANED, {"cleanup": result.cleanup})
+            audit.write_json(self.name, checkpoint.CLEANED, {"cleanup": result.cleanup})
         return {"result": result.to_dict(), "reason": ""}
 
-    def _clean_crashed(self, audit: AuditFolder) -> None:
-        """Remove what the checkpoints of earlier runs left on the target: a run killed mid-write (kill -9, a lost
-        machine) never reached its own clean-up. Only under a place a run journalled as its own."""
-        for journal in sorted(audit.root.parent.glob(f"*/{self.name}/{CHECKPOINT_TARGET}")):
-            folder = journal.parent
-            if folder == audit.root / self.name or (folder / CHECKPOINT_CLEANED).exists():
-                continue
-            url = json.loads(journal.read_text(encoding="utf-8"))["url"]
+    def _clean_crashed(self, folder: Path) -> None:
+        """Remove what the checkpoints of earlier runs left on the target (only under a place a run journalled)."""
+        for crashed, url in checkpoint.crashed(folder):
             try:
-                done = self._clean(folder, url)
+                done = checkpoint.clean_journalled(crashed, url, self.loaded.plan.profiles)
             except FerryError as exc:
                 log.warning("could not remove what an earlier checkpoint left", url=url, error=str(exc))
                 continue
-            log.info("removed what an earlier run's checkpoint left", run=folder.parent.name, cleanup=done)
-
-    def _clean(self, folder: Path, url: str) -> str:
-        """Delete everything under a run's journalled checkpoint place and mark that run's folder cleaned."""
-        done = checkpoint.cleanup(url, self.loaded.plan.profiles)
-        (folder / CHECKPOINT_CLEANED).write_text(json.dumps({"cleanup": done}) + "\n", encoding="utf-8")
-        return done
+            log.info("removed what an earlier run's checkpoint left", run=crashed.parent.name, cleanup=done)
 
     def _autoscaling(self, audit: AuditFolder, reporter: Reporter) -> dict:
         s, cluster = self.settings.autoscaling, self.loaded.plan.target.cluster
@@ -390,158 +282,55 @@ class GolivePhase(Phase):
             return {"seconds": None, "reason": "not configured (phases.golive.autoscaling)"}
         if cluster is None:
             return {"seconds": None, "reason": "no cluster: target.cluster is not set"}
-        try:
-            api = self._api()
-        except UsageError as exc:
-            return {"seconds": None, "reason": f"no cluster: {exc}"}
-        try:
-            original = autoscale.snapshot(api, cluster.namespace, s.deployment, s.hpa)
-            # Journalled before anything changes: rollback restores it if this run dies before its finally.
-            audit.write_json(self.name, "autoscaling-original.json", original)
-            result = autoscale.spike(api, original, s.replicas, s.timeout_s, poll_s=s.poll_s, stop=reporter.stopping)
-            if result.restored:
-                audit.write_json(self.name, "autoscaling-restored.json", {"restored": True})
-            return {"seconds": result.seconds, "evidence": result.evidence, "problems": result.problems}
-        except TransientError as exc:
-            return {"seconds": None, "reason": str(exc)}
-        except PermanentError as exc:
-            return {"seconds": None, "evidence": [], "problems": [str(exc)]}
-        finally:
-            api.close()
+        return autoscale.measure(
+            self._api, cluster.namespace, s.deployment, s.hpa, s.replicas, s.timeout_s, poll_s=s.poll_s,
+            stop=reporter.stopping, journal=lambda name, data: audit.write_json(self.name, name, data),
+        )  # fmt: skip
 
     def _report(self, audit: AuditFolder, reporter: Reporter) -> None:
-        results = self.checks(audit)
+        results = self.gate(audit)
         verdict = gate_status(results, self.loaded.plan.strict)
-        title = f"Go-live report: {self.loaded.plan.name}"
-        page = audit.path(self.name, "report.html")
-        measured = self._read(audit, "latency")
-        latency = measured.get("result") or measured.get("jobs_result")
-        ckpt = self._read(audit, "checkpoint").get("result")
-        page.write_text(
-            report.html(
-                title, verdict, results, latency=latency, checkpoint=ckpt, gate=self.gate_settings.model_dump(),
-                generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            ),
-            encoding="utf-8",
+        measured = recorded(audit.root / self.name, "latency")
+        page, text = report.write(
+            audit, f"Go-live report: {self.loaded.plan.name}", verdict, results,
+            latency=measured.get("result") or measured.get("jobs_result"),
+            checkpoint=recorded(audit.root / self.name, "checkpoint").get("result"),
+            gate=self.gate_settings.model_dump(),
         )  # fmt: skip
-        text = report.markdown(title, verdict, results, page)
-        audit.write_text(self.name, "report.md", text)
         reporter.markdown("golive-report", text, f"Go-live report ({verdict.value}); the page: {page}")
         return None
 
     # -- the gate -----------------------------------------------------------------------------------
-    def _read(self, audit: AuditFolder, step: str) -> dict:
-        file = audit.root / self.name / f"{step}.json"
-        return json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
-
-    def checks(self, audit: AuditFolder) -> list[CheckResult]:
-        """Every go-live check from what the steps wrote; the last one WARNs if any of them SKIPped."""
-        gate = self.gate_settings
-        fingerprint = self._read(audit, "fingerprint")
-        latency = self._read(audit, "latency")
-        ckpt = self._read(audit, "checkpoint")
-        scaling = self._read(audit, "autoscaling")
-        results = [
-            check_cuda(
-                fingerprint.get("images", {}),
-                fingerprint.get("driver"),
-                fingerprint.get("images_source", ""),
-                fingerprint.get("driver_source", ""),
-            ),  # fmt: skip
-            check_gpu(fingerprint.get("gpu") or {"status": "SKIP", "reason": "the fingerprint step did not run"}),
-            check_placement([placement.advise(w) for w in self.workloads()]),
-        ]
-        settings = self.settings.latency
-        if settings is None or settings.server:
-            results.append(
-                check_latency(
-                    "golive.interconnect_p99",
-                    latency.get("result"),
-                    gate.p99_us,
-                    latency.get("reason") or "step did not run",
-                )
-            )
-        if latency.get("jobs"):
-            docs = [d for d in yaml.safe_load_all(Path(latency["jobs"]).read_text(encoding="utf-8")) if d]
-            results.append(check_probe_jobs(docs, self.loaded.plan.target.kubernetes_version, latency["jobs"]))
-            problem = latency.get("jobs_problem")
-            results.append(
-                check_latency(
-                    "golive.interconnect_p99_jobs", latency.get("jobs_result"), gate.p99_us,
-                    latency.get("jobs_reason") or "", [problem] if problem else [],
-                )
-            )  # fmt: skip
-        results += self._throughput(ckpt)
-        autoscaling = self.settings.autoscaling
-        results.append(
-            check_scale_up(
-                scaling.get("seconds"), autoscaling.replicas if autoscaling else 0, gate.scale_up_s,
-                scaling.get("evidence") or [scaling.get("reason") or "step did not run"], scaling.get("problems", []),
-            )
-        )  # fmt: skip
-        return [*results, check_measured(results)]
-
-    def _throughput(self, ckpt: dict) -> list[CheckResult]:
-        gate, measured = self.gate_settings, ckpt.get("result")
-        if measured is None:
-            why = [ckpt.get("reason") or "step did not run"]
-            return [
-                check_throughput("golive.checkpoint_write", None, gate.checkpoint_write_gb_per_s, why, []),
-                check_throughput("golive.checkpoint_read", None, gate.checkpoint_read_gb_per_s, why, []),
-            ]
-        result = checkpoint.Measurement(**measured)
-        where = f"{result.bytes:,} bytes in {result.shards} shards to {result.target}"
-        cleanup = [f"cleanup: {result.cleanup}"]
-        figures = result.write_shard_gb_per_s
-        spread = (
-            f"{' / '.join(f'{v:.4g}' for v in figures.values())} GB/s ({'/'.join(figures)}; the engine's latencies, "
-            "5% buckets)"
-            if figures
-            else "no per-shard figures"
-        )
-        write = [
-            f"{where} through the transfer engine in {result.write_s and round(result.write_s, 3)} s",
-            f"per-shard write: {spread}",
-            *cleanup,
-        ]
-        read = [
-            f"read back and SHA-256 verified in {result.read_s and round(result.read_s, 3)} s",
-            f"per-shard read: {result.spread(result.read_shard_gb_per_s)}",
-            *cleanup,
-        ]
-        # A failed write leaves nothing to read: both fail; a shard that reads back different fails the read.
-        write_problems = result.problems if result.write_gb_per_s is None else []
-        return [
-            check_throughput(
-                "golive.checkpoint_write", result.write_gb_per_s, gate.checkpoint_write_gb_per_s, write, write_problems
-            ),
-            check_throughput(
-                "golive.checkpoint_read", result.read_gb_per_s, gate.checkpoint_read_gb_per_s, read, result.problems
-            ),
-        ]
-
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
-        return self.checks(audit)
+        """Every go-live check from what the steps recorded; the last one WARNs if any of them SKIPped."""
+        s = self.settings
+        latency, autoscaling = s.latency, s.autoscaling
+        return golive_checks(
+            audit.root / self.name,
+            self.gate_settings.model_dump(),
+            [placement.Workload(**w.model_dump(), long_job_hours=s.long_job_hours) for w in s.workloads],
+            server_check=latency is None or bool(latency.server),
+            replicas=autoscaling.replicas if autoscaling else 0,
+            kubernetes_version=self.loaded.plan.target.kubernetes_version,
+        )
 
     def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Undo what a crashed run left: objects under its checkpoint prefix, a replica count it did not restore."""
         folder = audit.root / self.name
         items, done = [], []
-        journal = folder / CHECKPOINT_TARGET
-        if journal.exists() and not (folder / CHECKPOINT_CLEANED).exists():
-            url = json.loads(journal.read_text(encoding="utf-8"))["url"]
+        url = checkpoint.journalled(folder)
+        if url is not None:
             items.append(f"delete every object under {url}")
             if not dry_run:
                 try:
-                    done.append(self._clean(folder, url))
+                    done.append(checkpoint.clean_journalled(folder, url, self.loaded.plan.profiles))
                 except FerryError as exc:
                     done.append(f"could not clean {url}: {exc}")
-        original_file = folder / "autoscaling-original.json"
-        if original_file.exists() and not (folder / "autoscaling-restored.json").exists():
-            original = json.loads(original_file.read_text(encoding="utf-8"))
+        original = autoscale.unrestored(folder)
+        if original is not None:
             items.append(f"restore {original['namespace']}/{original['deployment']} as snapshot before the spike")
             if not dry_run:
-                done.append(self._restore(original, folder))
+                done.append(autoscale.restore_journalled(folder, original, self._connect()))
         if not items:
             return Undo(f"nothing to undo: run {audit.root.name} left nothing behind")
         # A clean-up or a restore that could not be done leaves the rollback unfinished: the next one tries again.
@@ -555,16 +344,6 @@ class GolivePhase(Phase):
         kubeconfig = kube.kubeconfig_path(cluster.kubeconfig, self.loaded.path.parent)
         return kube.api_client(kubeconfig, cluster.context)
 
-    def _restore(self, original: dict, folder: Path) -> str:
-        if self.loaded.plan.target.cluster is None:
-            return "could not restore the replica count: target.cluster is no longer set"
-        try:
-            api = self._api()
-            try:
-                text = autoscale.restore(api, original)
-            finally:
-                api.close()
-        except FerryError as exc:
-            return f"could not restore the replica count: {exc}"
-        (folder / "autoscaling-restored.json").write_text(json.dumps({"restored": True}) + "\n", encoding="utf-8")
-        return f"restored {text}"
+    def _connect(self) -> Callable[[], Any] | None:
+        """How a domain function opens a client of target.cluster; None when the plan names no cluster."""
+        return self._api if self.loaded.plan.target.cluster else None

@@ -444,7 +444,7 @@ def test_workloads_as_percentages_and_suffixes_advise_like_fractions(tmp_path) -
         {"name": "edge", "params": "0.175T", "nodes": 8, "virt_overhead": "12%", "hourly_cost_delta": 1},
     ]
     phase = open_phase(load_plan(plan_file(tmp_path, {"workloads": workloads, "gpu_probe": False})), "golive")
-    advice = by_name(phase.checks(AuditFolder(tmp_path / "r")))["golive.placement"].measured
+    advice = by_name(phase.gate(AuditFolder(tmp_path / "r")))["golive.placement"].measured
     assert advice == {"pct": "bare-metal", "frac": "bare-metal", "edge": "managed-kubernetes"}
 
 
@@ -475,6 +475,6 @@ def test_latency_to_an_ipv6_server(tmp_path) -> None:
     audit = AuditFolder(tmp_path / "runs" / "r1")
     phase.run("latency", audit, Reporter())
     thread.join(5)
-    p99 = by_name(phase.checks(audit))["golive.interconnect_p99"]
+    p99 = by_name(phase.gate(audit))["golive.interconnect_p99"]
     assert p99.status in (Status.PASS, Status.FAIL) and p99.measured["samples"] == 100
     assert f"to [::1]:{bound[0]}" in p99.evidence[0]
