@@ -176,12 +176,13 @@ def test_version(workdir, argv) -> None:
 
 def test_an_internal_error_is_one_line_unless_debugging(monkeypatch) -> None:
     from ferry import cli
+    from ferry.cli import plan as plan_commands
     from tests.support import run_cli
 
     def broken(path: Path) -> None:
         raise RuntimeError("a bug\nover two lines")
 
-    monkeypatch.setattr(cli, "load_plan", broken)
+    monkeypatch.setattr(plan_commands, "load_plan", broken)
     code, _, err = run_cli("plan", "validate", "plan.yaml")
     assert code == 1
     assert err.count("\n") == 1 and "Traceback" not in err

@@ -1,0 +1,94 @@
+"""`ferry plan validate` and `ferry plan show`: a plan checked, and explained before it runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ferry.cli.console import out
+from ferry.errors import UsageError
+from ferry.phases.base import open_phase
+from ferry.phases.base import preflight as preflight_checks
+from ferry.plan import load_plan
+from ferry.results import Status
+
+app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
+
+
+def _credential_vars(loaded, phases: list) -> dict[tuple, str]:
+    """The environment variables every credential the plan names takes secrets from, by the field naming each:
+    the plan's own (profiles, live IAM) and its phases'."""
+    from ferry.plan import credential_vars
+
+    return credential_vars(
+        loaded.credentials() | {loc: c for phase in phases for loc, c in phase.credentials().items()}
+    )
+
+
+@app.command("validate")
+def plan_validate(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Structure only: skip the files and credential variables it needs")
+    ] = False,
+) -> None:
+    """Check a plan file and that it can run here: one line per problem, exit 2 if there is one."""
+    from checks.plan_inputs import plan_problems
+
+    loaded = load_plan(path)
+    plan = loaded.plan
+    phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
+    files = {loc: file for phase in phases for loc, file in phase.files().items()}
+    problems = plan_problems(loaded, files, _credential_vars(loaded, phases), offline)
+    if problems:
+        raise UsageError("\n".join(problems))
+    out.print(
+        f"{path}: valid plan {plan.name!r}: phases {', '.join(plan.enabled_phases())}; "
+        f"target profile {loaded.target.name}",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command("show")
+def plan_show(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    preflight: Annotated[bool, typer.Option("--preflight/--no-preflight", help="Run the preflight checks")] = True,
+) -> None:
+    """The resolved plan (secrets masked), what each phase will do, and the preflight checks."""
+    loaded = load_plan(path)
+    plan = loaded.plan
+    out.rule(f"plan {plan.name} ({path})")
+    out.print(loaded.masked().rstrip(), markup=False, highlight=False)
+    out.rule("what each phase will do")
+    phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
+    for phase in phases:
+        pause = " (pauses for approval first)" if phase.name in plan.approve_before else ""
+        out.print(f"{phase.name}{pause}: {phase.summary()}", markup=False, highlight=False)
+    t = loaded.target
+    out.print(
+        f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
+        f"annotations {', '.join(f'{k}: {v}' for k, v in t.pod_annotations.items()) or 'none'}",
+        markup=False,
+        highlight=False,
+    )
+    refs = sorted(loaded.env_refs | set(_credential_vars(loaded, phases).values()))
+    if refs:
+        out.rule("environment it reads (values never shown)")
+        for name in refs:
+            out.print(f"{name}: {'set' if name in os.environ else 'NOT SET'}", markup=False, highlight=False)
+    if preflight:
+        out.rule("preflight")
+        results = preflight_checks(loaded)
+        table = Table(show_header=True)
+        for column in ("check", "status", "evidence"):
+            table.add_column(column)
+        for result in results:
+            table.add_row(result.name, result.status.value, "; ".join(result.evidence))
+        out.print(table)
+        if any(result.status == Status.FAIL for result in results):
+            raise typer.Exit(1)

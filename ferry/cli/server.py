@@ -1,0 +1,85 @@
+"""`ferry ui`, `serve` and `deploy` (a Prefect server, a plan scheduled on one), and the settings Prefect reads.
+
+Every command that starts a flow or reaches a server sets those settings first (`ferry run` and `approve` too).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ferry import logs
+from ferry.cli.console import debugging, out
+from ferry.errors import UsageError
+from ferry.plan import load_plan
+
+
+def prefect_env() -> None:
+    """Settings Prefect reads at import: ferry's lines in the run logs, no analytics, no tracebacks on the console.
+
+    Analytics would need the network. The run's logs in the Prefect API keep every traceback; FERRY_DEBUG
+    leaves Prefect's console handler printing them too. With --log-format json, every console line is JSON.
+    """
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if logs.json_output():
+        os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS"] = "flows.console.JsonConsoleHandler"
+    elif not debugging():
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_CLASS", "flows.console.OneLineConsoleHandler")
+
+
+def server_env(needs: str) -> None:
+    """Stop with one line unless PREFECT_API_URL names a server; then set Prefect's settings for this process."""
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError(f"{needs}: run `ferry ui` and set PREFECT_API_URL")
+    prefect_env()
+
+
+def serve(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
+    """Serve the plan as a Prefect deployment on its cron schedule (needs PREFECT_API_URL); Ctrl-C stops."""
+    loaded = load_plan(plan)
+    if not loaded.plan.schedule:
+        raise UsageError(f"{plan}: schedule: the plan has no cron schedule to serve")
+    server_env("serve needs a Prefect server to schedule runs on")
+    from flows.pipeline import migrate
+
+    out.print(f"serving deployment migrate/{loaded.plan.name} on '{loaded.plan.schedule}'", markup=False)
+    migrate.serve(name=loaded.plan.name, cron=loaded.plan.schedule, parameters={"plan_path": str(plan.resolve())})
+
+
+def deploy(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    pool: Annotated[str, typer.Option(help="Work pool whose workers run it (created as a process pool if missing)")],
+) -> None:
+    """Register the plan as a Prefect deployment for a work pool, on its cron schedule (needs PREFECT_API_URL)."""
+    loaded = load_plan(plan)
+    server_env("deploy needs the Prefect server the workers poll")
+    from flows.deploy import deploy_plan, ensure_pool
+
+    kind = ensure_pool(pool)
+    if kind != "process":
+        raise UsageError(
+            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that run this checkout)"
+        )
+    deployment_id = deploy_plan(loaded, pool)
+    when = f"on '{loaded.plan.schedule}'" if loaded.plan.schedule else "on demand (the plan has no schedule)"
+    out.print(
+        f"deployment migrate/{loaded.plan.name} ({deployment_id}) in work pool {pool}, {when}\n"
+        f"start a worker: prefect worker start --pool {pool}\n"
+        f"run it now: prefect deployment run migrate/{loaded.plan.name}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def ui(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one)")] = 4200,
+) -> None:
+    """Start a local Prefect server on 127.0.0.1 and print its URL; Ctrl-C stops it."""
+    prefect_env()
+    from flows.server import serve_ui
+
+    serve_ui(port, out)
