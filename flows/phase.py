@@ -53,20 +53,21 @@ _stopping: dict[str, threading.Event] = {}
 
 @task(name="phase-step", cache_policy=NO_CACHE)
 def run_step(plan_path: str, audit_root: str, phase: str, step: str) -> dict[str, Any]:
-    """One step of a phase; it journals in the audit folder what undoing it needs."""
+    """One step of a phase; it journals in the audit folder what undoing it needs. Its StepResult as JSON (it
+    crosses a task boundary)."""
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
     ending = "the phase is ending (an interrupt, or another step failed)"
     if stopping.is_set():  # a retry or a queued step after that: it does not start
         raise PermanentError(f"not started: {ending}")
     try:
-        summary = _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter(stopping))
+        result = _load(plan_path, phase).run(step, AuditFolder(Path(audit_root)), PrefectReporter(stopping))
     except TransientError as exc:
         if stopping.is_set():
             # No retry of this step starts now: the next run resumes it.
             raise PermanentError(f"stopped: {ending}: {exc}") from exc
         raise
     failpoint(f"{phase}:step", stopping)
-    return summary
+    return result.model_dump(mode="json")
 
 
 @task(name="gate", cache_policy=NO_CACHE)

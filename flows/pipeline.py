@@ -29,7 +29,7 @@ from ferry.audit import AuditFolder
 from ferry.errors import FerryError, GateFailed, Interrupted, StepFailed, UsageError
 from ferry.interrupts import deferred, failpoint
 from ferry.lock import held
-from ferry.phases.base import Phase, open_phase, preflight
+from ferry.phases.base import Phase, StepResult, open_phase, preflight
 from ferry.phases.rollback import PENDING, UNFINISHED, resume, resumed_runs, roll_back
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
@@ -278,7 +278,8 @@ def _run_phase(phase: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, di
         raise GateFailed(f"{failed} (report: {audit.path(name, 'gate.md')})")
     # A run that took over interrupted runs commits even if it changed nothing itself: what they changed is
     # on the target, and its rollback (through resumed.json) is the one that undoes it.
-    return status.value, phase.changed(outcome["summaries"]) or bool(resumed_runs(audit.root, name))
+    changed = any(StepResult.model_validate(s).changed for s in outcome["summaries"])
+    return status.value, changed or bool(resumed_runs(audit.root, name))
 
 
 def _roll_back(phase: Phase, runlog: RunLog, run_id: str, audit: Path, digest: str, why: str) -> None:

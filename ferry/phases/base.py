@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import structlog
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from checks.preflight import preflight as plan_preflight
 from ferry.audit import AuditFolder
@@ -36,6 +36,20 @@ class Settings(BaseModel):
     """Base of a phase's settings (`phases.<name>`) and gate (`gates.<name>`) models: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepResult(BaseModel):
+    """What one step did: whether it changed the target, and the phase's own figures (JSON values).
+
+    Frozen and JSON-serialisable: it crosses process boundaries (a Prefect task's result, a worker's), and the
+    pipeline writes a phase's results to its audit folder (`summary.json`). A run whose steps changed nothing
+    commits nothing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    changed: bool
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,12 +179,8 @@ class Phase(abc.ABC):
         return ["run"]
 
     @abc.abstractmethod
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
-        """Do one step, idempotently; record in the audit folder what rollback needs. Returns a summary."""
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        """Whether the steps that returned these summaries changed the target (a run that did not commits nothing)."""
-        return True
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
+        """Do one step, idempotently; record in the audit folder what rollback needs. Says what it changed."""
 
     @abc.abstractmethod
     def gate(self, audit: AuditFolder) -> list[CheckResult]:

@@ -24,7 +24,7 @@ from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferS
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.interrupts import one_by_one
-from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, StepResult, Undo
 from ferry.plan import Size
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
@@ -184,7 +184,7 @@ class DataSyncPhase(Phase):
         )
         return Changes(text, totals)
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Copy one shard, journalling the keys it created; raises if any object failed."""
         journal = audit.path(self.name, _journal_name(step))
         # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
@@ -231,10 +231,7 @@ class DataSyncPhase(Phase):
             first = summary["failures"][0] if summary["failures"] else "see the report"
             error = PermanentError if result.stats.rejected else TransientError
             raise error(f"shard {step or '(all)'}: {result.stats.failed} object(s) failed; first: {first}")
-        return summary
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        return any(s["objects"]["copied"] or s["objects"]["deleted"] for s in summaries)
+        return StepResult(changed=bool(objects["copied"] or objects["deleted"]), details=summary)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""

@@ -29,7 +29,7 @@ from ferry.golive import autoscale, checkpoint, cuda, kube, placement, probe, re
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
 from ferry.golive.fingerprint import fingerprint
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.plan import DNS_LABEL, Size
 from ferry.results import CheckResult, gate_status
 
@@ -206,16 +206,13 @@ class GolivePhase(Phase):
         return Changes(text, totals)
 
     # -- the steps ----------------------------------------------------------------------------------
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """One step: measure, and write what it measured to `<audit>/golive/<step>.json`."""
         data = getattr(self, f"_{step}")(audit, reporter)
         if data is not None:
             audit.write_json(self.name, f"{step}.json", data)
-        return {"step": step}
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        """Go-live leaves nothing behind in the target: it measures."""
-        return False
+        # Go-live leaves nothing behind in the target: it measures.
+        return StepResult(changed=False, details={"step": step})
 
     def _fingerprint(self, audit: AuditFolder, reporter: Reporter) -> dict:
         published = self.loaded.layout.digest_map(self.loaded.plan.name)

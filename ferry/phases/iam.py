@@ -36,7 +36,7 @@ from ferry.iam.ldap import ldap_principals
 from ferry.iam.model import Level, Mapping, Principal, map_principals, render_rbac
 from ferry.iam.sources import read_export
 from ferry.interrupts import failpoint
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.plan import DNS_LABEL, LoadedPlan, Plan
 from ferry.results import CheckResult
 
@@ -197,7 +197,7 @@ class IamPhase(Phase):
         sources = self.loaded.plan.source.iam
         return [check_iam_sources(list(self.files().values()), sources.aws if sources else None)]
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Map, write the report and bindings to the audit folder, publish them (keeping what they replace)."""
         mapping = self.mapping()
         text = yaml.safe_dump_all(render_rbac(mapping, self.loaded.plan.name), sort_keys=False)
@@ -208,10 +208,7 @@ class IamPhase(Phase):
         changed = audit.publish(self.name, BINDINGS, text, at=self.published())
         failpoint("iam:published", reporter.stopping)
         log.info("mapped IAM", **mapping.totals())
-        return {**mapping.totals(), "changed": changed}
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        return any(s["changed"] for s in summaries)
+        return StepResult(changed=changed, details=mapping.totals())
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """The iam gate over what the run rendered (read back from the audit folder)."""

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import structlog
 from pydantic import Field, field_validator, model_validator
@@ -44,7 +44,7 @@ from ferry.images.reference import Reference, slug
 from ferry.images.undo import undo_push
 from ferry.interrupts import failpoint, one_by_one
 from ferry.net import plain_http
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.plan import BaseImageRule, FilePath, LoadedPlan, Plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
@@ -231,7 +231,7 @@ class ImagesPhase(Phase):
         return f"{self.loaded.plan.target.registry}/{image}"
 
     # -- a run ------------------------------------------------------------------------------------
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Build and copy every image (one failing fails only itself), then publish the digest map."""
         journal = Journal(audit)
         work: list[tuple[str, DockerfileEntry | Copy]] = [(d.image, d) for d in self.settings.dockerfiles]
@@ -261,14 +261,12 @@ class ImagesPhase(Phase):
             # Only transient failures: Prefect's task retries (the plan's `retries`) run the step again.
             error = PermanentError if lasting else TransientError
             raise error(f"images: {len(data['failed'])} of {len(work)} failed: {failed}")
+        done = {"pushed": len(data["pushed"]), "skipped": len(data["skipped"])}
         if reporter.stopping.is_set():
-            return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), "interrupted": True}
-        published = self._publish(audit)
+            return StepResult(changed=bool(data["pushed"]), details={**done, "interrupted": True})
+        images, published = self._publish(audit)
         reporter.markdown("images-report", report.markdown(data), "Images rebuilt and copied, with their digests")
-        return {"pushed": len(data["pushed"]), "skipped": len(data["skipped"]), **published}
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        return any(s.get("pushed") or s.get("changed") for s in summaries)
+        return StepResult(changed=bool(data["pushed"]) or published, details={**done, "images": images})
 
     def _prepare(self, entry: DockerfileEntry, audit: AuditFolder | None) -> Prepared:
         """Rebase one Dockerfile (written to the audit folder when given); its content hash and the target's."""
@@ -383,14 +381,15 @@ class ImagesPhase(Phase):
         """Every image record the run wrote."""
         return [ImageRecord(**r) for r in read_journal(audit_root).get("records", [])]
 
-    def _publish(self, audit: AuditFolder) -> dict[str, bool | int]:
-        """Publish the digest map (keeping the one it replaces for rollback); a copy goes to the audit folder."""
+    def _publish(self, audit: AuditFolder) -> tuple[int, bool]:
+        """Publish the digest map (keeping the one it replaces for rollback): how many images, and whether it
+        changed."""
         records = self.records(audit.root)
         published = self.loaded.layout.digest_map(self.loaded.plan.name)
         changed = audit.publish(self.name, DIGESTS, digest_map.render(records), at=published)
         for r in records:
             log.info("image published", source=r.source, target=r.pinned, kind=r.kind, cuda=r.cuda)
-        return {"images": len(records), "changed": changed}
+        return len(records), changed
 
     # -- the gate ---------------------------------------------------------------------------------
     def gate(self, audit: AuditFolder) -> list[CheckResult]:

@@ -48,7 +48,7 @@ from ferry.manifests import (
     transform,
     wave_of,
 )
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.plan import FilePath
 from ferry.results import CheckResult, Status
 
@@ -387,7 +387,7 @@ class ManifestsPhase(Phase):
     def _secrets_file(self, audit_root: Path) -> Path:
         return self.loaded.layout.secret_snapshot(audit_root.name)
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Render and validate; with a cluster and valid manifests, snapshot, apply in waves, wait for readiness."""
         rendering = self.render()
         self.write_render(rendering, audit)
@@ -399,10 +399,10 @@ class ManifestsPhase(Phase):
         summary: dict[str, Any] = {"rendered": len(rendering.documents), "warnings": len(rendering.findings)}
         if self.loaded.plan.target.cluster is None:
             audit.write_json(self.name, "readiness.json", {"skipped": "no target.cluster: rendered and validated only"})
-            return {**summary, "applied": 0, "changed": False}
+            return StepResult(changed=False, details={**summary, "applied": 0})
         if any(r.status == Status.FAIL for r in results[:2]):
             audit.write_json(self.name, "readiness.json", {"skipped": "not applied: schema or policy failed"})
-            return {**summary, "applied": 0, "changed": False}
+            return StepResult(changed=False, details={**summary, "applied": 0})
         cluster = self.cluster()
         objects = self.objects(rendering, cluster)
         self._snapshot(cluster, objects, audit)
@@ -411,7 +411,7 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
         # What the rollout left, to tell later what someone changed since.
         audit.write_json(self.name, "fingerprints.json", self._fingerprints(cluster, objects))
-        return {**summary, "applied": applied, "changed": applied > 0}
+        return StepResult(changed=applied > 0, details={**summary, "applied": applied})
 
     def _snapshot(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> None:
         """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are.
@@ -497,9 +497,6 @@ class ManifestsPhase(Phase):
             found = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
             live[key_of(obj)] = fingerprint(found) if found else None
         return live
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        return any(s["changed"] for s in summaries)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Schema, policy and warnings as the run measured them; the rollout's readiness (SKIP without a cluster)."""

@@ -81,7 +81,7 @@ def rerun_copies_nothing(plan: Path, api: str) -> None:
     assert code == 0 and "data_sync PASS" in out, err[-3000:]
     audit = Path(out.split("audit folder: ")[1].split()[0])
     summaries = json.loads((audit / "data_sync" / "summary.json").read_text())
-    assert [s["objects"]["copied"] for s in summaries] == [0, 0]
+    assert [s["details"]["objects"]["copied"] for s in summaries] == [0, 0]
 
 
 def test_ctrl_c_in_the_gate_keeps_every_object(prefect_api, moto_env, tmp_path) -> None:

@@ -55,8 +55,8 @@ def test_run_commits_writes_audit_and_artifacts_then_a_rerun_diffs_and_copies_no
     again = migrate(plan_path=str(plan))
     assert again["phases"] == {"preflight": "PASS", "data_sync": "PASS"}
     summaries = json.loads((Path(again["audit"]) / "data_sync" / "summary.json").read_text())
-    assert [s["objects"]["copied"] for s in summaries] == [0, 0]
-    assert sum(s["objects"]["skipped"] for s in summaries) == 3
+    assert [s["details"]["objects"]["copied"] for s in summaries] == [0, 0]
+    assert sum(s["details"]["objects"]["skipped"] for s in summaries) == 3
     # A run that changed nothing records no commit: a rollback still undoes the first run.
     runlog = RunLog(tmp_path / ".ferry" / "state")
     assert runlog.phase("commit-then-skip", "data_sync").status == "unchanged"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import Field
@@ -15,7 +14,7 @@ from pydantic import Field
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError
 from ferry.phase_registry import register, unregister
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.results import CheckResult, Status
 
 ATTEMPTS = 2  # retries.attempts: retries after the first attempt
@@ -47,7 +46,7 @@ class FlakyPhase(Phase):
     def changes(self) -> Changes:
         return Changes("flaky changes nothing", {})
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         counter = self.loaded.layout.root / "attempts" / step
         counter.parent.mkdir(parents=True, exist_ok=True)
         with counter.open("a") as out:
@@ -57,10 +56,7 @@ class FlakyPhase(Phase):
             raise PermanentError(f"{step}: refused (attempt {attempt})")
         if step.startswith("transient-") or (step.startswith("flaky-") and attempt <= 2):
             raise TransientError(f"{step}: did not answer (attempt {attempt})")
-        return {"step": step, "attempts": attempt}
-
-    def changed(self, summaries: list[dict[str, Any]]) -> bool:
-        return False
+        return StepResult(changed=False, details={"step": step, "attempts": attempt})
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         return [CheckResult("flaky.ran", Status.PASS)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import Field
@@ -16,7 +15,7 @@ from pydantic import Field
 from ferry.audit import AuditFolder
 from ferry.errors import TransientError
 from ferry.phase_registry import phase_names, register, unregister
-from ferry.phases.base import Changes, Phase, Reporter, Settings, Undo
+from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.results import CheckResult, Status
 from tests.support import run_cli
 
@@ -56,7 +55,7 @@ class StampPhase(Phase):
         new = [w for w in self.settings.words if not (self.folder / w).exists()]
         return Changes(f"stamp would write {len(new)} file(s)", {"files": len(new)})
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         if step == "bug":  # a defect of the phase itself, not one of ferry's errors
             raise KeyError("bug")
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -64,7 +63,7 @@ class StampPhase(Phase):
         (self.folder / step).write_text(step)
         if created:  # what rollback needs: only the files this run created
             audit.write_json(self.name, f"created-{step}.json", {"file": str(self.folder / step)})
-        return {"word": step, "created": created}
+        return StepResult(changed=True, details={"word": step, "created": created})
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         if self.gate_settings.crash:
@@ -237,7 +236,7 @@ class InOrderPhase(StampPhase):
 
     concurrent_steps = False
 
-    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> dict[str, Any]:
+    def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         words = self.settings.words
         (self.folder / "started").mkdir(parents=True, exist_ok=True)
         (self.folder / "started" / step).touch()

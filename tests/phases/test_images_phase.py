@@ -120,7 +120,9 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     assert before.totals == {"rebuild": 1, "copy": 3}
     assert "rebuild 1 of 1 image(s) (trainer:2024.06)" in before.text
     phase, audit, summaries = _run_all(plan, "r1")
-    assert [(s["pushed"], s["skipped"], s["images"], s["changed"]) for s in summaries] == [(4, 0, 4, True)]
+    assert [(s.details["pushed"], s.details["skipped"], s.details["images"], s.changed) for s in summaries] == [
+        (4, 0, 4, True)
+    ]
     assert phase.changes().empty
 
     # The rebuilt image, read back from the target registry.
@@ -169,8 +171,7 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
 
     # A second run: nothing rebuilt (same content hash), nothing copied (the target holds the digests).
     phase2, audit2, summaries2 = _run_all(plan, "r2")
-    assert [(s["pushed"], s["skipped"], s["changed"]) for s in summaries2] == [(0, 4, False)]
-    assert not phase2.changed(summaries2)
+    assert [(s.details["pushed"], s.details["skipped"], s.changed) for s in summaries2] == [(0, 4, False)]
     assert target.digest("ai/trainer", "2024.06") == manifest.digest
 
     # Rolling the second run back pushes nothing back and puts the first run's map back in place.
@@ -274,7 +275,7 @@ def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(
     plan.write_text(plan.read_text() + "    builder: kaniko\n" + auth)
     phase = open_phase(load_plan(plan), "images")
     audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
-    assert phase.run("run", audit, Reporter())["pushed"] == 0
+    assert phase.run("run", audit, Reporter()).details["pushed"] == 0
     job = yaml.safe_load((audit.root / "images" / "kaniko" / "trainer_k1.yaml").read_text())
     kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -336,7 +337,7 @@ def test_an_interrupted_run_starts_nothing_more_and_publishes_no_map(registries:
     stopping.set()
     phase = open_phase(load_plan(plan), "images")
     summary = phase.run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "r1"), Reporter(stopping))
-    assert summary == {"pushed": 0, "skipped": 0, "interrupted": True}
+    assert summary.details == {"pushed": 0, "skipped": 0, "interrupted": True} and not summary.changed
     assert not StateLayout(tmp_path / ".ferry").digest_map("images-test").exists()
 
 
@@ -443,7 +444,7 @@ def test_a_copy_that_keeps_meeting_503s_fails_transiently_and_the_retried_step_c
         assert proxy.refused == RETRIES + 1, "copied again, RETRIES times"
         proxy.unavailable = None
         summary = phase.run("run", audit, Reporter())  # the task retried: the same step in the same run
-        assert (summary["pushed"], summary["skipped"]) == (2, 1), summary
+        assert (summary.details["pushed"], summary.details["skipped"]) == (2, 1), summary
         targets = sorted(r.target for r in phase.records(audit.root))
         assert targets == [f"127.0.0.1:{proxy.port}/retry/eval:{t}" for t in "12"]
         undo = phase.rollback(audit)
