@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferry.errors import PermanentError, TransientError
-from ferry.golive.kube import translated
+from ferry.kube import translated
 
 
 @dataclass

@@ -33,10 +33,10 @@ from checks.golive import (
     check_throughput,
 )
 from connectors.transfer import TransferSettings
-from ferry import digest_map
+from ferry import digest_map, kube
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import autoscale, checkpoint, cuda, gpu_probe, kube, placement, probe, report
+from ferry.golive import autoscale, checkpoint, cuda, gpu_probe, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
