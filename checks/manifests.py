@@ -13,17 +13,10 @@ from checks.kube_schema import (
     unknown_version,
 )
 from ferry.errors import UsageError
-from ferry.manifests import (
-    Rendering,
-    Rules,
-    containers,
-    is_gpu_workload,
-    leaves,
-    load_sources,
-    pod_templates,
-    rewrite_image,
-    sub_map,
-)
+from ferry.manifests.model import Rendering, Rules
+from ferry.manifests.paths import containers, is_gpu_workload, leaves, pod_templates, sub_map
+from ferry.manifests.rules import rewrite_image
+from ferry.manifests.source import load_sources
 from ferry.results import CheckResult, Status
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from connectors.base import Connector
 from ferry.errors import FerryError
-from ferry.golive.kube import kubeconfig_path
+from ferry.kube import kubeconfig_path
 from ferry.net import plain_http, registry_failure, split_host
 from ferry.results import CheckResult, Status
 

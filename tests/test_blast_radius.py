@@ -452,7 +452,7 @@ def _key(o: dict) -> str:
 
 
 def test_manifests_rollback_touches_only_what_the_run_applied(tmp_path) -> None:
-    from ferry.phases.manifests import _restorable
+    from ferry.manifests.apply import restorable
     from tests.kube_emulator import KubeEmulator
     from tests.phases.test_manifests_phase import _ready
 
@@ -487,7 +487,7 @@ def test_manifests_rollback_touches_only_what_the_run_applied(tmp_path) -> None:
         after = {_key(o): o for o in emulator.objects()}
         # What it created is gone, what it changed is as it was, and everything else was never written to.
         assert set(after) == set(before)
-        assert {k: _restorable(v) for k, v in after.items()} == {k: _restorable(v) for k, v in before.items()}
+        assert {k: restorable(v) for k, v in after.items()} == {k: restorable(v) for k, v in before.items()}
         untouched = set(before) - named
         assert {k: after[k] for k in untouched} == {k: before[k] for k in untouched}
 

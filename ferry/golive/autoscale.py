@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive.kube import translated
+from ferry.kube import translated
 
 # In a run's golive audit folder: the snapshot taken before the spike (journalled first), and that it was put back.
 ORIGINAL, RESTORED = "autoscaling-original.json", "autoscaling-restored.json"

@@ -16,7 +16,7 @@ from typing import Any
 
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.golive import probe
-from ferry.golive.kube import translated
+from ferry.kube import translated
 
 DEFAULT_IMAGE = "python:3.12-slim"
 NAME = "ferry-probe"

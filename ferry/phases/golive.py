@@ -22,9 +22,10 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from checks.golive import golive_checks, recorded
 from connectors.transfer import TransferSettings
+from ferry import kube
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError
-from ferry.golive import autoscale, checkpoint, cuda, kube, placement, probe, report
+from ferry.golive import autoscale, checkpoint, cuda, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs

@@ -10,12 +10,9 @@ directory (mode 0600), never in the audit folder: reports name Secrets by key on
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,29 +30,21 @@ from checks.manifests import (
 )
 from ferry import digest_map
 from ferry.audit import AuditFolder
-from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.golive import kube
-from ferry.interrupts import failpoint, one_by_one
-from ferry.manifests import (
-    MANAGED_BY_LABEL,
-    PLAN_LABEL,
-    WAVES,
-    Rendering,
-    Rules,
-    load_sources,
-    readiness,
-    references,
-    transform,
-    wave_of,
-)
+from ferry.errors import FerryError, UsageError
+from ferry.files import write_atomic
+from ferry.interrupts import one_by_one
+from ferry.kube import ClusterApi, api_client, kubeconfig_path
+from ferry.manifests.apply import apply_in_waves, fingerprints, shown, take_snapshot, to_apply, wait_ready
+from ferry.manifests.model import Rendering, Rules
+from ferry.manifests.rollout import WAVES
+from ferry.manifests.rules import transform
+from ferry.manifests.source import load_sources
+from ferry.manifests.undo import drifted, undo_one, undo_order
 from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
 from ferry.plan import FilePath
 from ferry.results import CheckResult, Status
 
 log = structlog.get_logger("ferry.phases.manifests")
-FIELD_MANAGER = "ferry"
-# Server-set metadata: never part of what is restored or compared.
-_SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink")
 
 
 class ManifestsSettings(Settings):
@@ -87,143 +76,6 @@ class ManifestsGate(Settings):
     max_warnings: int | None = Field(default=None, ge=0)
     # How long the rollout may take to become ready.
     rollout_timeout_s: float = Field(default=600, gt=0, le=24 * 3600)
-
-
-def key_of(obj: dict) -> str:
-    """An object's identity in journals: apiVersion/kind/namespace/name (namespace empty when cluster-wide)."""
-    meta = obj.get("metadata") or {}
-    return "|".join((obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"]))
-
-
-def shown(key: str) -> str:
-    """A journal key as reports show it: apiVersion kind [namespace] name."""
-    return " ".join(part for part in key.split("|") if part)
-
-
-def _restorable(obj: dict) -> dict:
-    """obj without status and server-set metadata: what a restore writes back."""
-    clean = copy.deepcopy(obj)
-    clean.pop("status", None)
-    for field_name in _SERVER_FIELDS:
-        clean.get("metadata", {}).pop(field_name, None)
-    return clean
-
-
-def fingerprint(obj: dict) -> str:
-    """A digest of what a person or tool may change (status and server-set metadata left out)."""
-    return hashlib.sha256(json.dumps(_restorable(obj), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _write_private(path: Path, data: Any) -> None:
-    """Write JSON readable by the owner only (Secret snapshots), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    staging = path.with_name(path.name + ".staging")
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        json.dump(data, file)
-    os.replace(staging, path)
-
-
-class ClusterApi:
-    """The target cluster through the official client's dynamic API: get, apply, replace, delete by object."""
-
-    def __init__(self, api_client: Any, discovery_cache: Path):
-        from kubernetes import dynamic
-
-        # Discovered afresh each time (the client would reuse a file in /tmp shared by every process, however
-        # old): what the cluster serves, and at which version, may have changed since the last call.
-        discovery_cache.parent.mkdir(parents=True, exist_ok=True)
-        discovery_cache.unlink(missing_ok=True)
-        with kube.translated("discovery"):
-            self.client = dynamic.DynamicClient(api_client, cache_file=str(discovery_cache))
-
-    def _resource(self, api_version: str, kind: str) -> Any:
-        from kubernetes.dynamic.exceptions import ResourceNotFoundError
-
-        with kube.translated(f"discovery of {api_version} {kind}"):
-            try:
-                return self.client.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError:
-                # A CustomResourceDefinition applied in an earlier wave: discovery must look again.
-                self.client.resources.invalidate_cache()
-            try:
-                return self.client.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError:
-                raise PermanentError(f"the cluster does not serve {api_version} {kind}") from None
-
-    # Kinds looked for in a namespace before deleting it; what a controller owns (pods of a Deployment) is not asked.
-    _NAMESPACED = (
-        ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "PersistentVolumeClaim"), ("v1", "Service"), ("v1", "Pod"),
-        ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
-        ("batch/v1", "CronJob"),
-    )  # fmt: skip
-
-    def strangers(self, namespace: str, plan: str) -> list[str]:
-        """Objects in namespace that the plan did not apply and no controller owns (kind/name each)."""
-        found = []
-        for api_version, kind in self._NAMESPACED:
-            resource = self._resource(api_version, kind)
-            with kube.translated(f"list {kind} in {namespace}"):
-                items = resource.get(namespace=namespace, label_selector=f"{PLAN_LABEL}!={plan}").to_dict()["items"]
-            for item in items:
-                meta = item["metadata"]
-                # Every namespace gets the cluster's CA bundle ConfigMap: it is no one's.
-                if not meta.get("ownerReferences") and meta["name"] != "kube-root-ca.crt":
-                    found.append(f"{kind}/{meta['name']}")
-        return found
-
-    def version(self) -> str:
-        """The API server's Kubernetes version, major.minor (from discovery)."""
-        found = self.client.version["kubernetes"]
-        return f"{found['major']}.{str(found['minor']).rstrip('+')}"
-
-    def namespaced(self, api_version: str, kind: str) -> bool:
-        return bool(self._resource(api_version, kind).namespaced)
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None) -> dict | None:
-        from kubernetes.dynamic.exceptions import NotFoundError
-
-        resource = self._resource(api_version, kind)
-        with kube.translated(f"get {kind} {name}"):
-            try:
-                return resource.get(name=name, namespace=namespace).to_dict()
-            except NotFoundError:
-                return None
-
-    def apply(self, obj: dict) -> dict:
-        resource = self._resource(obj["apiVersion"], obj["kind"])
-        with kube.translated(f"apply {obj['kind']} {obj['metadata']['name']}"):
-            return resource.server_side_apply(
-                body=obj, namespace=obj["metadata"].get("namespace"), field_manager=FIELD_MANAGER, force_conflicts=True
-            ).to_dict()
-
-    def create(self, obj: dict) -> dict:
-        resource = self._resource(obj["apiVersion"], obj["kind"])
-        with kube.translated(f"create {obj['kind']} {obj['metadata']['name']}"):
-            return resource.create(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
-
-    def replace(self, obj: dict) -> dict:
-        resource = self._resource(obj["apiVersion"], obj["kind"])
-        with kube.translated(f"replace {obj['kind']} {obj['metadata']['name']}"):
-            return resource.replace(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None, wait_s: float = 300) -> bool:
-        """Delete (foreground: a Job's pods go with it) and wait until it is gone, so that the name can be created
-        again; False when it was already gone."""
-        from kubernetes.dynamic.exceptions import NotFoundError
-
-        resource = self._resource(api_version, kind)
-        with kube.translated(f"delete {kind} {name}"):
-            try:
-                resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
-            except NotFoundError:
-                return False
-        deadline = time.monotonic() + wait_s
-        while self.get(api_version, kind, name, namespace) is not None:
-            if time.monotonic() > deadline:
-                raise TransientError(f"delete {kind} {name}: still there after {wait_s:g} s (finalizers?)")
-            time.sleep(0.5)
-        return True
 
 
 class ManifestsPhase(Phase):
@@ -299,19 +151,6 @@ class ManifestsPhase(Phase):
         audit.write_text(self.name, "diff.patch", rendering.diff())
         audit.write_text(self.name, "findings.txt", "".join(f"{f}\n" for f in rendering.findings))
 
-    def report(self, rendering: Rendering, results: list[CheckResult]) -> str:
-        """What was rendered and validated, and what could not be carried over, as Markdown (no Secret value)."""
-        lines = [
-            f"# Manifests for {self.loaded.target.name}",
-            "",
-            f"{len(rendering.documents)} object(s) from {len(rendering.files)} file(s); "
-            + ", ".join(f"{r.name} **{r.status.value}**" for r in results),
-            "",
-            f"## Not carried over ({len(rendering.findings)})",
-            *(f"- {finding}" for finding in rendering.findings),
-        ]
-        return "\n".join(lines) + "\n"
-
     def summary(self) -> str:
         plan, gate, settings = self.loaded.plan, self.gate_settings, self.settings
         cluster = plan.target.cluster
@@ -345,9 +184,9 @@ class ManifestsPhase(Phase):
         """The official client on the plan's kubeconfig and context."""
         target = self.loaded.plan.target.cluster
         assert target is not None
-        path = kube.kubeconfig_path(target.kubeconfig, self.loaded.path.parent.resolve())
+        path = kubeconfig_path(target.kubeconfig, self.loaded.path.parent.resolve())
         return ClusterApi(
-            kube.api_client(path, target.context), self.loaded.layout.discovery_cache
+            api_client(path, target.context), self.loaded.layout.discovery_cache
         )
 
     def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
@@ -358,16 +197,9 @@ class ManifestsPhase(Phase):
         # A v1 List, a kustomization and an object without a name are reported (findings), not applied.
         found = [doc.plain() for doc in rendering.documents if doc.applicable]
         published = self.loaded.layout.bindings(self.loaded.plan.name)
-        if published.exists():
-            for binding in yaml.safe_load_all(published.read_text(encoding="utf-8")):
-                if binding:
-                    labels = binding.setdefault("metadata", {}).setdefault("labels", {})
-                    labels.update({PLAN_LABEL: self.loaded.plan.name, MANAGED_BY_LABEL: "ferry"})
-                    found.append(binding)
-        for obj in found:
-            if cluster.namespaced(obj["apiVersion"], obj["kind"]):
-                obj["metadata"].setdefault("namespace", target.namespace)
-        return sorted(found, key=lambda o: WAVES.index(wave_of(o["kind"])))
+        text = published.read_text(encoding="utf-8") if published.exists() else ""
+        bindings = [binding for binding in yaml.safe_load_all(text) if binding]
+        return to_apply(cluster, found, bindings, self.loaded.plan.name, target.namespace)
 
     def changes(self) -> Changes:
         rendering = self.render()
@@ -395,7 +227,9 @@ class ManifestsPhase(Phase):
         audit.write_json(self.name, "validation.json", [r.to_dict() for r in results])
         for finding in rendering.findings:
             log.warning("not carried over", finding=str(finding))
-        reporter.markdown("manifests-report", self.report(rendering, results), "Manifests rendered for the target")
+        reporter.markdown(
+            "manifests-report", rendering.report(self.loaded.target.name, results), "Manifests rendered for the target"
+        )
         summary: dict[str, Any] = {"rendered": len(rendering.documents), "warnings": len(rendering.findings)}
         if self.loaded.plan.target.cluster is None:
             audit.write_json(self.name, "readiness.json", {"skipped": "no target.cluster: rendered and validated only"})
@@ -406,11 +240,13 @@ class ManifestsPhase(Phase):
         cluster = self.cluster()
         objects = self.objects(rendering, cluster)
         self._snapshot(cluster, objects, audit)
-        applied = self._apply(cluster, objects, audit, reporter.stopping)
-        waiting = self._wait(cluster, objects, reporter)
+        snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
+        journal = audit.path(self.name, "applied.jsonl")
+        applied = apply_in_waves(cluster, objects, snapshot, journal, reporter.stopping)
+        waiting = wait_ready(cluster, objects, self.gate_settings.rollout_timeout_s, reporter.stopping)
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
         # What the rollout left, to tell later what someone changed since.
-        audit.write_json(self.name, "fingerprints.json", self._fingerprints(cluster, objects))
+        audit.write_json(self.name, "fingerprints.json", fingerprints(cluster, objects))
         return StepResult(changed=applied > 0, details={**summary, "applied": applied})
 
     def _snapshot(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> None:
@@ -420,83 +256,9 @@ class ManifestsPhase(Phase):
         """
         if (audit.root / self.name / "snapshot.json").exists():
             return
-        rules = self.rules()
-        wanted = {key_of(o): o for o in objects}
-        for obj in objects:
-            namespace = obj["metadata"].get("namespace")
-            for kind, name in references(obj, rules):
-                ref = {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": namespace}}
-                wanted.setdefault(key_of(ref), ref)
-        snapshot, secrets = [], {}
-        for key, obj in wanted.items():
-            meta = obj["metadata"]
-            live = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-            entry = {"key": key, "existed": live is not None, "applied": key in {key_of(o) for o in objects}}
-            if obj["kind"] == "Secret":
-                entry["keys"] = sorted({**(live or {}).get("data", {})}) if live else []
-                if live is not None:
-                    secrets[key] = live
-            else:
-                entry["object"] = live
-            snapshot.append(entry)
+        snapshot, secrets = take_snapshot(cluster, objects, self.rules())
         audit.write_json(self.name, "snapshot.json", snapshot)
-        _write_private(self._secrets_file(audit.root), secrets)
-
-    def _apply(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder, stopping: threading.Event) -> int:
-        """Apply wave by wave, journaling each object before it is changed; a Job whose pod template changed (the
-        API server refuses the apply: immutable) is replaced."""
-        snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
-        journal = audit.path(self.name, "applied.jsonl")
-
-        def record(key: str, kind: str, action: str) -> None:
-            with journal.open("a", encoding="utf-8") as file:
-                file.write(json.dumps({"key": key, "wave": wave_of(kind), "action": action}) + "\n")
-
-        for obj in objects:
-            key, meta = key_of(obj), obj["metadata"]
-            action = "updated" if snapshot[key]["existed"] else "created"
-            record(key, obj["kind"], action)
-            try:
-                cluster.apply(obj)
-            except PermanentError as exc:
-                if obj["kind"] != "Job" or exc.code != "422":
-                    raise
-                action = "replaced"
-                record(key, obj["kind"], action)
-                cluster.delete(obj["apiVersion"], "Job", meta["name"], meta.get("namespace"))
-                cluster.create(obj)
-            log.info("applied", object=key, action=action)
-            failpoint("manifests:mid-wave", stopping)
-        return len(objects)
-
-    def _wait(self, cluster: ClusterApi, objects: list[dict], reporter: Reporter) -> list[str]:
-        """Poll until every object is ready, one fails, or the timeout passes; what is not ready, and why."""
-        deadline = time.monotonic() + self.gate_settings.rollout_timeout_s
-        pending = {key_of(o): o for o in objects}
-        why: dict[str, str] = {}
-        while pending:
-            for key, obj in list(pending.items()):
-                meta = obj["metadata"]
-                live = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-                state, reason = readiness(live) if live else ("waiting", "not found")
-                if state == "ready":
-                    del pending[key]
-                elif state == "failed":
-                    return [f"{key}: {reason}"]
-                else:
-                    why[key] = reason
-            if not pending or time.monotonic() >= deadline or reporter.stopping.is_set():
-                break
-            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-        return [f"{key}: {why.get(key, 'not ready')}" for key in pending]
-
-    def _fingerprints(self, cluster: ClusterApi, objects: list[dict]) -> dict[str, str | None]:
-        live = {}
-        for obj in objects:
-            meta = obj["metadata"]
-            found = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-            live[key_of(obj)] = fingerprint(found) if found else None
-        return live
+        write_atomic(self._secrets_file(audit.root), json.dumps(secrets), private=True)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Schema, policy and warnings as the run measured them; the rollout's readiness (SKIP without a cluster)."""
@@ -520,37 +282,34 @@ class ManifestsPhase(Phase):
         snapshot = {e["key"]: e for e in json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))}
         secrets_file = self._secrets_file(audit.root)
         secrets = json.loads(secrets_file.read_text(encoding="utf-8")) if secrets_file.exists() else {}
-        # One undo per object, in exactly the reverse order of application; a Job replaced after its apply was
-        # refused is undone as replaced (a retried step may have journaled an object twice).
-        merged: dict[str, dict] = {}
-        for entry in applied:
-            first = merged.setdefault(entry["key"], dict(entry))
-            if entry["action"] == "replaced" and first["action"] != "created":
-                first["action"] = "replaced"
         # A rollback stopped between two objects left the ones it undid here: not undone twice, and not taken for
         # drift (they differ from what the rollout left because the rollback put them back).
         undone_file = folder / "rollback-undone.jsonl"
         undone = set(undone_file.read_text(encoding="utf-8").splitlines()) if undone_file.exists() else set()
-        order = [a for a in list(merged.values())[::-1] if a["key"] not in undone]
+        order = undo_order(applied, undone)
         items = [
             f"{'delete' if a['action'] == 'created' else 'restore'} {shown(a['key'])} ({a['wave']})" for a in order
         ]
         cluster = self.cluster()
         # During the run itself (its gate failed) its own rollback restores without asking; after a commit,
-        # someone may have changed what the rollout left.
-        drifted = [k for k in self._drifted(cluster, folder) if k not in undone] if self._committed(audit.root) else []
+        # someone may have changed what the rollout left (the fingerprints of what it left: none before it finished).
+        recorded = folder / "fingerprints.json"
+        changed = []
+        if self._committed(audit.root) and recorded.exists():
+            changed = [k for k in drifted(cluster, json.loads(recorded.read_text(encoding="utf-8"))) if k not in undone]
         if dry_run:
-            notes = [f"changed since the rollout: {shown(key)}" for key in drifted]
+            notes = [f"changed since the rollout: {shown(key)}" for key in changed]
             return Undo(f"restore {len(items)} object(s) of run {audit.root.name} in reverse wave order", notes + items)
-        if drifted and not force:
+        if changed and not force:
             raise UsageError(
-                f"{len(drifted)} object(s) changed since the rollout of run {audit.root.name} "
-                f"({', '.join(shown(k) for k in drifted[:3])}): rollback stopped; --force restores anyway"
+                f"{len(changed)} object(s) changed since the rollout of run {audit.root.name} "
+                f"({', '.join(shown(k) for k in changed[:3])}): rollback stopped; --force restores anyway"
             )
         kept = []
         with undone_file.open("a", encoding="utf-8") as journal:
             for entry in one_by_one(order, stopping):
-                kept.append(self._undo_one(cluster, entry, snapshot[entry["key"]], secrets.get(entry["key"])))
+                snap, secret = snapshot[entry["key"]], secrets.get(entry["key"])
+                kept.append(undo_one(cluster, entry, snap, secret, self.loaded.plan.name))
                 journal.write(entry["key"] + "\n")
                 journal.flush()
         notes = [note for note in kept if note]
@@ -569,64 +328,3 @@ class ManifestsPhase(Phase):
         finally:
             runlog.close()
         return live is not None and live[0] == audit_root.name
-
-    def _drifted(self, cluster: ClusterApi, folder: Path) -> list[str]:
-        """Keys of objects whose live state differs from what the rollout left (none before it finished)."""
-        recorded = folder / "fingerprints.json"
-        if not recorded.exists():
-            return []
-        drifted = []
-        for key, before in json.loads(recorded.read_text(encoding="utf-8")).items():
-            api_version, kind, namespace, name = key.split("|")
-            live = cluster.get(api_version, kind, name, namespace or None)
-            if (fingerprint(live) if live else None) != before:
-                drifted.append(key)
-        return drifted
-
-    def _undo_one(self, cluster: ClusterApi, entry: dict, snap: dict, secret: dict | None) -> str | None:
-        """Undo one journaled change; a note when something is kept instead (it is not ferry's to delete)."""
-        api_version, kind, namespace, name = entry["key"].split("|")
-        ns = namespace or None
-        if entry["action"] == "created":
-            live = cluster.get(api_version, kind, name, ns)
-            if live is None:
-                return None
-            labels = (live.get("metadata") or {}).get("labels") or {}
-            if labels.get(PLAN_LABEL) != self.loaded.plan.name:
-                return f"kept {kind} {name}: it does not carry {PLAN_LABEL}={self.loaded.plan.name} (not ferry's)"
-            if kind == "Namespace":
-                strangers = cluster.strangers(name, self.loaded.plan.name)
-                if strangers:
-                    return f"kept Namespace {name}: it holds objects ferry did not apply ({', '.join(strangers[:3])})"
-            cluster.delete(api_version, kind, name, ns)
-            return None
-        previous = secret if kind == "Secret" else snap.get("object")
-        if previous is None:
-            return None
-        restored = _restorable(previous)
-        live = cluster.get(api_version, kind, name, ns)
-        if entry["action"] == "replaced" or live is None:
-            if live is not None:
-                cluster.delete(api_version, kind, name, ns)
-            cluster.create(_without_generated_job_fields(restored) if kind == "Job" else restored)
-            return None
-        restored["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-        cluster.replace(restored)
-        return None
-
-
-def _without_generated_job_fields(job: dict) -> dict:
-    """A Job as it can be created again: the selector and controller-uid labels the API server generated removed."""
-    job = copy.deepcopy(job)
-    spec = job.get("spec", {})
-    if not spec.get("manualSelector"):
-        spec.pop("selector", None)
-        labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
-        for label in (
-            "controller-uid",
-            "batch.kubernetes.io/controller-uid",
-            "job-name",
-            "batch.kubernetes.io/job-name",
-        ):
-            labels.pop(label, None)
-    return job

@@ -8,9 +8,12 @@ import pytest
 
 from checks.kube_schema import SchemaNotFoundError, schema_errors
 from checks.manifests import check_manifests_policy, check_manifests_schema, check_manifests_warnings
-from ferry.manifests import Rendering, load_sources, references, transform
+from ferry.manifests.model import Rendering
+from ferry.manifests.rollout import references
+from ferry.manifests.rules import transform
+from ferry.manifests.source import load_sources
 from ferry.results import Status
-from tests.test_manifests import EXAMPLES, META, _rules
+from tests.manifests.examples import EXAMPLES, META, example_rules
 
 DEPLOYMENT = """\
 apiVersion: apps/v1
@@ -35,7 +38,7 @@ spec:
 
 def _render(tmp_path: Path, text: str) -> Rendering:
     (tmp_path / "in.yaml").write_text(text, encoding="utf-8")
-    return transform(load_sources([tmp_path / "in.yaml"], tmp_path), _rules())
+    return transform(load_sources([tmp_path / "in.yaml"], tmp_path), example_rules())
 
 
 def test_every_schema_error_is_listed_not_only_the_first() -> None:
@@ -54,7 +57,7 @@ def test_every_schema_error_is_listed_not_only_the_first() -> None:
 
 
 def test_schema_check_fails_with_each_error_and_warns_for_custom_resources(tmp_path: Path) -> None:
-    result = check_manifests_schema(_render(tmp_path, DEPLOYMENT), "1.30", _rules())
+    result = check_manifests_schema(_render(tmp_path, DEPLOYMENT), "1.30", example_rules())
     assert result.status == Status.FAIL and result.measured["errors"] == 4
     assert result.evidence[0] == "in.yaml#0 Deployment/trainer: spec.replicas: 'two' is not of type 'integer', 'null'"
 
@@ -72,7 +75,7 @@ spec:
             image: registry.meta.example/ai-training/t:1
             resourcs: {}
 """
-    result = check_manifests_schema(_render(tmp_path, job), "1.30", _rules())
+    result = check_manifests_schema(_render(tmp_path, job), "1.30", example_rules())
     assert result.status == Status.FAIL
     assert result.evidence == [
         "in.yaml#0 PyTorchJob/llm: spec.pytorchReplicaSpecs.Worker.template.spec.containers.0: Additional "
@@ -81,9 +84,9 @@ spec:
         "template(s) validated as PodTemplateSpec",
     ]
     unknown = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: m}\n"
-    result = check_manifests_schema(_render(tmp_path, unknown), "1.30", _rules())
+    result = check_manifests_schema(_render(tmp_path, unknown), "1.30", example_rules())
     assert result.status == Status.WARN and "not validated" in result.evidence[0]
-    assert check_manifests_schema(_render(tmp_path, unknown), "1.99", _rules()).status == Status.FAIL
+    assert check_manifests_schema(_render(tmp_path, unknown), "1.99", example_rules()).status == Status.FAIL
 
 
 SECRETS = """\
@@ -107,7 +110,7 @@ binaryData:
 
 
 def test_schema_errors_of_a_secret_never_show_its_values(tmp_path: Path) -> None:
-    result = check_manifests_schema(_render(tmp_path, SECRETS), "1.30", _rules())
+    result = check_manifests_schema(_render(tmp_path, SECRETS), "1.30", example_rules())
     assert result.evidence == [
         "in.yaml#0 Secret/db: data.pin: the value is not of type 'string', 'null'",
         "in.yaml#0 Secret/db: stringData.nested: the value is not of type 'string', 'null'",
@@ -118,16 +121,16 @@ def test_schema_errors_of_a_secret_never_show_its_values(tmp_path: Path) -> None
 
 
 def test_the_examples_are_valid_kubernetes_1_30() -> None:
-    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
-    result = check_manifests_schema(rendering, "1.30", _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), example_rules())
+    result = check_manifests_schema(rendering, "1.30", example_rules())
     # Only the custom resources lack a schema; JobSet's and PyTorchJob's pod templates are validated.
     assert result.status == Status.WARN, result.evidence
     assert result.measured["errors"] == 0 and result.measured["without_schema"] == 4
 
 
 def test_policy_of_the_profile(tmp_path: Path) -> None:
-    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
-    result = check_manifests_policy(rendering, _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), example_rules())
+    result = check_manifests_policy(rendering, example_rules())
     # The examples keep one :latest image (the preprocess Job) and unpinned moved images (not in the digest map).
     assert result.status == Status.FAIL
     assert any(e.endswith(f"{META}preprocess:latest is :latest (name a tag or a digest)") for e in result.evidence)
@@ -153,7 +156,7 @@ spec:
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/x:1"
     )
     del rendering.documents[0].data["metadata"]["annotations"]["compute.meta.com/interconnect"]
-    evidence = check_manifests_policy(rendering, _rules()).evidence
+    evidence = check_manifests_policy(rendering, example_rules()).evidence
     assert evidence == [
         "in.yaml#0 Pod/p: metadata: GPU workload without annotation compute.meta.com/interconnect: roce-v2",
         "in.yaml#0 Pod/p: spec.containers[1].image: python is :latest (name a tag or a digest)",
@@ -182,7 +185,7 @@ spec:
   - name: other
     container: {image: 210987654321.dkr.ecr.us-east-1.amazonaws.com/ml/prep:3.1}
 """
-    assert check_manifests_policy(_render(tmp_path, serving), _rules()).evidence == [
+    assert check_manifests_policy(_render(tmp_path, serving), example_rules()).evidence == [
         "in.yaml#0 InferenceService/ml-serve/llama3: spec.predictor.model.image: "
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/kserve-hf:v0.13 is still on the source registry",
         "in.yaml#1 Workflow/?: spec.templates[0].container.image: "
@@ -191,7 +194,7 @@ spec:
 
 
 def test_warnings_are_counted_against_the_limit() -> None:
-    rendering = transform(load_sources([EXAMPLES], EXAMPLES), _rules())
+    rendering = transform(load_sources([EXAMPLES], EXAMPLES), example_rules())
     count = len(rendering.findings)
     assert check_manifests_warnings(rendering, None).status == Status.WARN
     assert check_manifests_warnings(rendering, count).status == Status.WARN
@@ -220,16 +223,16 @@ def test_a_field_of_the_wrong_type_is_a_schema_error_not_a_crash(
 ) -> None:
     rendering = _render(tmp_path, POD.format(meta=meta, spec=spec))
     # Before, the transforms, the policy or the references of the rollout raised on these (an internal error).
-    check_manifests_policy(rendering, _rules())
-    references(rendering.documents[0].plain(), _rules())
+    check_manifests_policy(rendering, example_rules())
+    references(rendering.documents[0].plain(), example_rules())
     rendering.files[0].text()
-    result = check_manifests_schema(rendering, "1.30", _rules())
+    result = check_manifests_schema(rendering, "1.30", example_rules())
     assert result.status == Status.FAIL and any(error in e for e in result.evidence), result.evidence
 
 
 def test_namespaces_and_storage_classes_of_the_wrong_type_are_left_to_the_schema(tmp_path: Path) -> None:
     pvc = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: c, namespace: [ml-train]}\n"
     rendering = _render(tmp_path, pvc + "spec: {storageClassName: [gp3]}\n")
-    errors = check_manifests_schema(rendering, "1.30", _rules()).evidence
+    errors = check_manifests_schema(rendering, "1.30", example_rules()).evidence
     assert any("metadata.namespace: ['ml-train'] is not of type" in e for e in errors)
     assert any("spec.storageClassName: ['gp3'] is not of type" in e for e in errors)

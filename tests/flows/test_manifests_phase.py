@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.phases.manifests import _restorable
+from ferry.manifests.apply import restorable
 from tests.kube_emulator import KubeEmulator
 from tests.support import run_cli
 
@@ -85,7 +85,7 @@ def _plan(root: Path, name: str, emulator: KubeEmulator) -> Path:
 
 
 def _state(emulator: KubeEmulator) -> dict[str, dict]:
-    return {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
+    return {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()}
 
 
 def test_a_rollout_that_never_gets_ready_is_rolled_back_by_the_pipeline(

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from ferry import kube
 from ferry.errors import NotFoundError, TransientError
-from ferry.golive import autoscale, kube
+from ferry.golive import autoscale
 from tests.kube_emulator import KubeEmulator
 
 

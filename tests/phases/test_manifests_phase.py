@@ -18,8 +18,9 @@ from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, UsageError
 from ferry.files import write_atomic
 from ferry.layout import StateLayout
+from ferry.manifests.apply import restorable
 from ferry.phases.base import Reporter, open_phase
-from ferry.phases.manifests import ManifestsPhase, _restorable
+from ferry.phases.manifests import ManifestsPhase
 from ferry.plan import load_plan
 from ferry.results import Status
 from ferry.runlog import RunLog
@@ -165,7 +166,7 @@ def _previous_state(emulator: KubeEmulator) -> dict[str, dict]:
         },
     ):
         emulator.seed(obj)
-    return {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
+    return {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()}
 
 
 @pytest.fixture
@@ -301,7 +302,7 @@ def test_rollout_in_waves_then_rollback_restores_exactly(emulator: KubeEmulator,
     assert preview.items[-1] == f"restore v1 Namespace {NS} (namespaces)"
     undo = phase.rollback(audit)
     assert undo.text == "restored 8 object(s) of run run-1 in reverse wave order"
-    after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
+    after = {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()}
     assert after == before
     assert phase.rollback(audit).text.startswith("nothing to undo")
 
@@ -320,7 +321,7 @@ def test_a_failed_wave_is_rolled_back_exactly(emulator: KubeEmulator, tmp_path: 
     assert emulator.get("v1", "ConfigMap", "trainer-config", NS)["data"]["EPOCHS"] == "10"
     undo = phase.rollback(audit)
     assert undo.items[0] == f"delete apps/v1 Deployment {NS} trainer (workloads)"
-    after = {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()}
+    after = {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()}
     assert after == before
     # Objects without the plan's label were never touched.
     assert "ferry.io/plan" not in str(emulator.get("apps/v1", "Deployment", "someone-elses", NS))
@@ -369,7 +370,7 @@ def test_a_rollout_that_never_gets_ready_fails_the_gate(emulator: KubeEmulator, 
     assert rollout.status == Status.FAIL
     assert rollout.evidence == [f"apps/v1|Deployment|{NS}|trainer: updatedReplicas 0 of 2"]
     phase.rollback(audit)
-    assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
+    assert {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()} == before
 
 
 def test_a_later_rollback_stops_on_objects_changed_since_unless_forced(emulator: KubeEmulator, tmp_path: Path) -> None:
@@ -414,7 +415,7 @@ def test_a_retried_step_keeps_the_first_snapshot_and_a_job_is_replaced_once(
     assert actions.count("replaced") == 1
     undo = phase.rollback(audit)
     assert len(undo.items) == 7
-    assert {f"{o['kind']}/{o['metadata']['name']}": _restorable(o) for o in emulator.objects()} == before
+    assert {f"{o['kind']}/{o['metadata']['name']}": restorable(o) for o in emulator.objects()} == before
 
 
 def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_path: Path) -> None:
@@ -441,21 +442,6 @@ def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_pa
     before = phase.input_hash()
     write_atomic(StateLayout(tmp_path / ".ferry").digest_map("llm-train"), digest_map.render([]))
     assert _phase(plan).input_hash() != before
-
-
-def test_a_restored_job_drops_what_the_api_server_generated() -> None:
-    from ferry.phases.manifests import _without_generated_job_fields
-
-    labels = {"app": "p", "controller-uid": "u", "batch.kubernetes.io/controller-uid": "u", "job-name": "p"}
-    job = {
-        "kind": "Job",
-        "spec": {"selector": {"matchLabels": {"controller-uid": "u"}}, "template": {"metadata": {"labels": labels}}},
-    }
-    restored = _without_generated_job_fields(job)
-    assert restored["spec"] == {"template": {"metadata": {"labels": {"app": "p"}}}}
-    assert job["spec"]["selector"], "the snapshot itself is left as it was"
-    job["spec"]["manualSelector"] = True
-    assert _without_generated_job_fields(job) == job
 
 
 def test_objects_server_side_apply_cannot_take_are_reported_not_applied(emulator: KubeEmulator, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Manifest transforms over real-world manifests (examples/manifests): every path that changes, and nothing else.
 
 Each case names a document of a source file and every path whose value the transforms must change; every
-other path of the document must keep its value and type, and every comment its bytes.
+other path of the document must keep its value and type, and every comment its bytes (test_source.py).
 """
 
 from __future__ import annotations
@@ -12,33 +12,10 @@ from typing import Any
 
 import pytest
 
-from ferry.digest_map import ImageRecord
-from ferry.errors import UsageError
-from ferry.manifests import Rules, guess_indent, load_sources, plain, readiness, references, rewrite_image, transform
-from ferry.plan import load_target_profile
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "manifests"
-ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/"
-META = "registry.meta.example/ai-training/"
-PINNED = "sha256:" + "c" * 64
-NS = "ai-training-v4"
-
-
-def _rules() -> Rules:
-    profile = load_target_profile("meta-compute", EXAMPLES)
-    return Rules(
-        plan="llm-train",
-        images={ECR: META},
-        digests={
-            f"{ECR}trainer:2024.06": ImageRecord(f"{ECR}trainer:2024.06", f"{META}trainer:2024.06", PINNED, "copied")
-        },
-        pod_annotations=profile.pod_annotations,
-        gpu_resource=profile.gpu_resource,
-        rdma_resource=profile.rdma_resource,
-        storage_classes={**profile.storage_classes, "gp3": "meta-flash"},
-        namespaces={"ml-train": NS},
-        template_paths={"jobset.x-k8s.io/JobSet": ("spec.replicatedJobs[].template.spec.template",)},
-    )
+from ferry.manifests.model import Rules
+from ferry.manifests.rules import rewrite_image, transform
+from ferry.manifests.source import load_sources
+from tests.manifests.examples import ECR, META, NS, PINNED
 
 
 def flat(node: Any, path: str = "") -> dict[str, Any]:
@@ -149,6 +126,7 @@ CASES: dict[tuple[str, int], dict[str, Any]] = {
     ("rendered/kustomize.yml", 1): {**IN_NS, C0: f"{META}eval@sha256:{'b' * 64}"},
 }
 
+
 # What the transforms cannot carry, by file#document: (path, words of the message).
 FINDINGS = {
     ("k8s/training/daemonset.yaml#0", "spec.template.spec.nodeSelector.node.kubernetes.io/instance-type"),
@@ -181,18 +159,6 @@ FINDINGS = {
     ("rendered/chart.yaml#0", "was 'Helm'; ferry manages the object now"),
     ("rendered/chart.yaml#1", "was 'Helm'; ferry manages the object now"),
 }
-
-
-@pytest.fixture(scope="module")
-def rendered() -> tuple[dict, Any]:
-    before = {(str(f.relative), d.index): plain(d.data) for f in _load() for d in f.documents if d.data is not None}
-    files = _load()
-    rendering = transform(files, _rules())
-    return before, rendering
-
-
-def _load() -> list:
-    return load_sources([EXAMPLES], EXAMPLES)
 
 
 def test_the_table_covers_every_document_of_the_examples(rendered: tuple[dict, Any]) -> None:
@@ -230,67 +196,6 @@ def test_findings_name_file_document_and_path(rendered: tuple[dict, Any]) -> Non
     ]
 
 
-def test_comments_keep_their_bytes_and_unchanged_lines_stay(rendered: tuple[dict, Any]) -> None:
-    _, rendering = rendered
-    for file in rendering.files:
-        source = file.path.read_text(encoding="utf-8").splitlines()
-        output = file.text().splitlines()
-        for line in source:
-            if "#" not in line:
-                continue
-            comment = line[line.index("#") :]
-            assert any(out.endswith(comment) for out in output), (file.relative, line)
-            if line.lstrip().startswith("#"):
-                assert line in output, (file.relative, line)
-        # A line whose value no rule touched is written byte for byte.
-        untouched = [
-            line
-            for line in source
-            if not re.search(
-                r"image:|namespace:|storageClassName:|interconnect|name: ml-train|managed-by: Helm|^---$", line
-            )
-        ]
-        assert [line for line in untouched if line not in output] == [], file.relative
-
-
-def test_secret_values_never_reach_findings_diff_or_bundle(rendered: tuple[dict, Any]) -> None:
-    _, rendering = rendered
-    reported = "\n".join(map(str, rendering.findings)) + rendering.diff() + rendering.bundle()
-    for value in ("c2VjcmV0LXZhbHVlLW5ldmVyLXByaW50ZWQ=", "hunter2", "postgres://"):
-        assert value not in reported
-    # The rendered file itself carries the Secret untouched: it is what gets applied.
-    config = next(f for f in rendering.files if str(f.relative) == "k8s/config.yaml")
-    assert "WANDB_API_KEY: c2VjcmV0LXZhbHVlLW5ldmVyLXByaW50ZWQ=" in config.text()
-    assert "DB_URL: postgres://user:hunter2@db.ml-train.svc:5432/runs" in config.text()
-
-
-def test_diff_shows_each_changed_resource(rendered: tuple[dict, Any]) -> None:
-    _, rendering = rendered
-    diff = rendering.diff()
-    assert "+++ k8s/training/pod.yaml#0 Pod/ai-training-v4/debug-gpu (rendered)" in diff
-    assert f"+    image: {META}trainer@{PINNED}" in diff
-    assert '+          image: "registry.meta.example/ai-training/inference:1.0"' in diff  # quoting kept
-
-
-def test_sources_are_files_and_folders_in_order(tmp_path: Path) -> None:
-    (tmp_path / "a" / "deep").mkdir(parents=True)
-    (tmp_path / "a" / "deep" / "z.yml").write_text("kind: A\n---\nkind: B\n", encoding="utf-8")
-    (tmp_path / "a" / "b.yaml").write_text("kind: C\n", encoding="utf-8")
-    (tmp_path / "a" / "notes.txt").write_text("not yaml: [", encoding="utf-8")
-    (tmp_path / "one.yaml").write_text("kind: D\n", encoding="utf-8")
-    files = load_sources([tmp_path / "a", tmp_path / "one.yaml"], tmp_path)
-    assert [(str(f.relative), f.name, [d.data["kind"] for d in f.documents]) for f in files] == [
-        ("b.yaml", "a/b.yaml", ["C"]),
-        ("deep/z.yml", "a/deep/z.yml", ["A", "B"]),
-        ("one.yaml", "one.yaml", ["D"]),
-    ]
-    with pytest.raises(UsageError, match=r"missing\.yaml: no such file or folder"):
-        load_sources([tmp_path / "missing.yaml"])
-    (tmp_path / "bad.yaml").write_text("kind: A\nmetadata: {name: [\n", encoding="utf-8")
-    with pytest.raises(UsageError, match=r"bad\.yaml:3: not valid YAML"):
-        load_sources([tmp_path / "bad.yaml"])
-
-
 @pytest.mark.parametrize(
     ("image", "expected"),
     [
@@ -314,53 +219,6 @@ def test_a_bare_host_prefix_does_not_swallow_a_port() -> None:
     assert rewrite_image("registry/x:1", {"registry": "target"}) == "target/x:1"
 
 
-@pytest.mark.parametrize(
-    ("text", "indent"),
-    [
-        ("a:\n  b:\n  - c: 1\n", (2, 2, 0)),
-        ("a:\n  b:\n    - c: 1\n", (2, 4, 2)),
-        ("a:\n    b:\n        - c\n", (4, 6, 4)),
-    ],
-)
-def test_output_keeps_the_indentation_of_its_input(text: str, indent: tuple[int, int, int], tmp_path: Path) -> None:
-    assert guess_indent(text) == indent
-    (tmp_path / "f.yaml").write_text(text, encoding="utf-8")
-    assert load_sources([tmp_path / "f.yaml"])[0].text() == text
-
-
-CM = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ml-train\ndata:\n  k: v\n"
-CM_OUT = CM.replace(b"ml-train", b"x").replace(
-    b"\ndata:", b"\n  labels:\n    ferry.io/plan: p\n    app.kubernetes.io/managed-by: ferry\ndata:"
-)
-
-
-@pytest.mark.parametrize(
-    ("raw", "written"),
-    [
-        # A Windows editor's file keeps its CRLF line ends, a BOM stays, an empty file stays empty.
-        (CM.replace(b"\n", b"\r\n"), CM_OUT.replace(b"\n", b"\r\n")),
-        (b"\xef\xbb\xbf" + CM, b"\xef\xbb\xbf" + CM_OUT),
-        (b"", b""),
-        # A tab between tokens (kubectl reads it; ruamel.yaml alone refuses it) is kept, and so is its line.
-        (CM.replace(b"name: c", b"name: c\t# tab"), CM_OUT.replace(b"name: c", b"name: c\t# tab")),
-        (CM.replace(b"k: v", b"k:\tv\t\t# tabs"), CM_OUT.replace(b"k: v", b"k:\tv\t\t# tabs")),
-        # `labels: null` has no line the new labels can go under: ruamel.yaml's writing of the file is kept.
-        (CM.replace(b"\ndata:", b"\n  labels: null\ndata:"), CM_OUT),
-        # kubectl get -o yaml's end marker, comment-only and empty documents are written as they were.
-        (
-            b"# Source: c/templates/x.yaml\n---\n---\n" + CM + b"...\n",
-            b"# Source: c/templates/x.yaml\n---\n---\n" + CM_OUT + b"...\n",
-        ),
-    ],
-)
-def test_written_files_keep_bytes_no_rule_changes(raw: bytes, written: bytes, tmp_path: Path) -> None:
-    (tmp_path / "in" / "f.yaml").parent.mkdir()
-    (tmp_path / "in" / "f.yaml").write_bytes(raw)
-    rendering = transform(load_sources([tmp_path / "in"]), Rules(plan="p", namespaces={"ml-train": "x"}))
-    rendering.write(tmp_path / "out")
-    assert (tmp_path / "out" / "f.yaml").read_bytes() == written
-
-
 def test_a_value_merged_in_by_an_anchor_changes_where_the_anchor_defines_it(tmp_path: Path) -> None:
     text = f"""\
 apiVersion: v1
@@ -379,100 +237,6 @@ spec:
     assert [c["image"] for c in rendering.documents[0].plain()["spec"]["containers"]] == [f"{META}worker:1.0"] * 2
     # The merge stays a merge: b gets no image of its own.
     assert rendering.files[0].text().endswith("  - <<: *base\n    name: b\n")
-
-
-def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "latin1.yaml").write_bytes(b"kind: ConfigMap\nmetadata: {name: caf\xe9}\n")
-    with pytest.raises(UsageError, match=r"latin1\.yaml: not readable as UTF-8 text"):
-        load_sources([tmp_path / "latin1.yaml"])
-
-
-def _workload(kind: str, status: dict, generation: int = 1, **spec: Any) -> dict:
-    return {"kind": kind, "metadata": {"generation": generation}, "spec": spec, "status": status}
-
-
-@pytest.mark.parametrize(
-    ("obj", "expected"),
-    [
-        (_workload("Deployment", {}, replicas=2), ("waiting", "generation 1 not observed yet")),
-        (
-            _workload("Deployment", {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 1}, replicas=2),
-            ("waiting", "readyReplicas 1 of 2"),
-        ),
-        (
-            _workload(
-                "Deployment",
-                {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2},
-                replicas=2,
-            ),
-            ("ready", ""),
-        ),
-        (
-            _workload(
-                "Deployment",
-                {
-                    "observedGeneration": 1,
-                    "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}],
-                },
-            ),
-            ("failed", "progress deadline exceeded"),
-        ),
-        (_workload("StatefulSet", {"observedGeneration": 1, "updatedReplicas": 1, "readyReplicas": 1}), ("ready", "")),
-        (_workload("DaemonSet", {"observedGeneration": 1}), ("waiting", "scheduled 0 of ?")),
-        (
-            _workload("DaemonSet", {"observedGeneration": 1, "desiredNumberScheduled": 3, "currentNumberScheduled": 3}),
-            ("ready", ""),
-        ),
-        (_workload("Job", {}), ("waiting", "not started")),
-        (_workload("Job", {"startTime": "2026-01-01T00:00:00Z"}), ("ready", "")),
-        (
-            _workload("Job", {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
-            ("failed", "job failed: BackoffLimitExceeded"),
-        ),
-        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "False"}]}), ("waiting", "not Ready")),
-        (_workload("Pod", {"conditions": [{"type": "Ready", "status": "True"}]}), ("ready", "")),
-        (_workload("ConfigMap", {}), ("ready", "")),
-    ],
-)
-def test_readiness_of_live_objects(obj: dict, expected: tuple[str, str]) -> None:
-    assert readiness(obj) == expected
-
-
-def test_references_to_config_maps_and_secrets(rendered: tuple[dict, Any]) -> None:
-    _, rendering = rendered
-    job = next(d for d in rendering.documents if d.name == "eval-once")
-    assert references(job.plain(), _rules()) == {("ConfigMap", "eval-config-7f9g2h")}
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "spec": {
-            "imagePullSecrets": [{"name": "pull"}],
-            "volumes": [
-                {"name": "a", "configMap": {"name": "cm-vol"}},
-                {"name": "b", "secret": {"secretName": "s-vol"}},
-                {
-                    "name": "c",
-                    "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-p"}}]},
-                },
-            ],
-            "containers": [
-                {
-                    "name": "x",
-                    "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}}],
-                    "envFrom": [{"configMapRef": {"name": "cm-from"}}],
-                }
-            ],
-        },
-    }
-    assert references(pod, _rules()) == {
-        ("Secret", "pull"),
-        ("ConfigMap", "cm-vol"),
-        ("Secret", "s-vol"),
-        ("ConfigMap", "cm-proj"),
-        ("Secret", "s-p"),
-        ("Secret", "s-env"),
-        ("ConfigMap", "cm-from"),
-    }
 
 
 def test_template_paths_add_to_the_built_ins_and_lists_are_reported(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The official client's errors as ferry's (ferry/golive/kube.py, shared by the go-live and manifests phases)."""
+"""The official client's errors as ferry's, and the kubeconfig lookup (ferry/kube.py, every phase's cluster adapter)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from ferry.errors import NotFoundError, PermanentError, TransientError
-from ferry.golive.kube import kubeconfig_path, translated
+from ferry.kube import kubeconfig_path, translated
 
 
 @pytest.mark.parametrize(
