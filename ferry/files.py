@@ -28,7 +28,8 @@ def write_atomic(path: Path, data: str | bytes, *, private: bool = False) -> Pat
 
 
 class Journal:
-    """An append-only JSON-lines file: each entry one line, on disk (flushed) once add() returns."""
+    """An append-only JSON-lines file: each entry one line, on disk (flushed) once add() returns; safe to share
+    between threads (each entry is one write of one line)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -53,3 +54,19 @@ class Journal:
                     return
                 raise
             yield entry
+
+    def keys(self) -> set[str]:
+        """The `key` of every entry: what a rollback journalled as undone. A line that is no JSON object is a key
+        as rollbacks wrote them before this one journal format (one per line), and is read as such."""
+        if not self.path.exists():
+            return set()
+        keys = set()
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("{"):
+                try:
+                    keys.add(json.loads(line)["key"])
+                except ValueError:  # the last line of a killed rollback, cut short
+                    continue
+            elif line:
+                keys.add(line)
+        return keys

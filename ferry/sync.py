@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -28,6 +27,7 @@ from connectors.transfer import (
     written_signatures,
 )
 from ferry.errors import FerryError, NotFoundError
+from ferry.files import Journal, write_atomic
 from ferry.interrupts import one_by_one
 from ferry.profiles import Profile
 from ferry.results import CheckResult, Status
@@ -148,38 +148,35 @@ def delete_created(
     way and changes nothing. Objects that existed before and were overwritten cannot be restored
     without bucket versioning; the report says so.
     """
-    undone_path = journal.with_name(journal.stem + ".undone.jsonl")
-    undone = _undone(undone_path)
-    keys = list(dict.fromkeys(json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines() if line))
+    undone_journal = Journal(journal.with_name(journal.stem + ".undone.jsonl"))
+    undone = {outcome["key"]: outcome for outcome in undone_journal.entries()}
+    keys = list(dict.fromkeys(Journal(journal).entries()))
     pending = [key for key in keys if key not in undone]
     decided: dict[str, dict[str, str]] = {}
     target = open_connector(target_url, profiles)
     try:
         recorded = written_signatures(state_dir, target.url, set(pending))
         live = _signatures(target, os.path.commonprefix(pending), set(pending)) if pending else {}
-        with contextlib.ExitStack() as stack:
-            out = None if dry_run else stack.enter_context(undone_path.open("a", encoding="utf-8"))
-            for key in one_by_one(pending, None if dry_run else stopping):
-                if key not in live:
-                    outcome = {"key": key, "done": "gone", "why": "not in the target (deleted already)"}
-                elif key not in recorded:
-                    outcome = {"key": key, "done": "kept", "why": "no record that ferry verified what is there"}
-                elif recorded[key] is None:
-                    outcome = {"key": key, "done": "kept", "why": "another sync into this target wrote it too"}
-                elif live[key] != recorded[key]:
-                    outcome = {"key": key, "done": "kept", "why": "changed since ferry wrote it"}
-                elif dry_run:
+        for key in one_by_one(pending, None if dry_run else stopping):
+            if key not in live:
+                outcome = {"key": key, "done": "gone", "why": "not in the target (deleted already)"}
+            elif key not in recorded:
+                outcome = {"key": key, "done": "kept", "why": "no record that ferry verified what is there"}
+            elif recorded[key] is None:
+                outcome = {"key": key, "done": "kept", "why": "another sync into this target wrote it too"}
+            elif live[key] != recorded[key]:
+                outcome = {"key": key, "done": "kept", "why": "changed since ferry wrote it"}
+            elif dry_run:
+                outcome = {"key": key, "done": "deleted"}
+            else:
+                try:
+                    target.delete(key)
                     outcome = {"key": key, "done": "deleted"}
-                else:
-                    try:
-                        target.delete(key)
-                        outcome = {"key": key, "done": "deleted"}
-                    except FerryError as exc:
-                        outcome = {"key": key, "done": "failed", "why": str(exc)}
-                if out is not None and outcome["done"] != "failed":
-                    out.write(json.dumps(outcome) + "\n")
-                    out.flush()
-                decided[key] = outcome
+                except FerryError as exc:
+                    outcome = {"key": key, "done": "failed", "why": str(exc)}
+            if not dry_run and outcome["done"] != "failed":
+                undone_journal.add(outcome)
+            decided[key] = outcome
     finally:
         target.close()
     if dry_run:
@@ -200,7 +197,7 @@ def delete_created(
     }
     if not errors:
         # Done: a failed deletion leaves the journal pending, so the next rollback tries it again.
-        journal.with_name(journal.stem + ".rollback.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_atomic(journal.with_name(journal.stem + ".rollback.json"), json.dumps(report, indent=2) + "\n")
     words = {"deleted": "deleted {key}", "gone": "{key} is gone already", "kept": "kept {key}: {why}"}
     items = [words.get(o["done"], "could not delete {key}: {why}").format(**{"why": "", **o}) for o in outcomes]
     return {**report, "items": items}
@@ -212,17 +209,3 @@ def _signatures(target: Connector, prefix: str, keys: set[str]) -> dict[str, str
         return {info.key: info.signature for info in target.list(prefix) if info.key in keys}
     except NotFoundError:  # the bucket or folder itself is gone
         return {}
-
-
-def _undone(path: Path) -> dict[str, dict[str, str]]:
-    """What an earlier, stopped rollback of the same journal did, by key."""
-    if not path.exists():
-        return {}
-    done = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            outcome = json.loads(line)
-        except ValueError:  # the last line of a killed rollback, cut short
-            continue
-        done[outcome["key"]] = outcome
-    return done

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ferry import digest_map
+from ferry import digest_map, kube
 from ferry.errors import FerryError
-from ferry.golive import cuda, gpu_probe, kube
+from ferry.golive import cuda, gpu_probe
 
 
 def fingerprint(published: Path, driver: str | None, connect: Callable[[], Any] | None, *, gpu: bool) -> dict:

@@ -3,35 +3,40 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 from ferry.audit import AuditFolder
+from ferry.files import Journal
 from ferry.images.oci import Manifest
 
-JOURNAL = "journal.json"
+JOURNAL = "journal.jsonl"
+# What runs journaled before the one journal format: one JSON document, rewritten on every change.
+EARLIER_JOURNAL = "journal.json"
+KINDS = ("pushed", "records", "failed", "skipped", "unmapped")
 
 
-class Journal:
+class PushJournal:
     """The tags a run pushed (each with its digest and the manifest it replaced), its records, skips, failures
-    and unmapped bases; rewritten on every change, so a crash keeps what rollback needs (thread-safe)."""
+    and unmapped bases: one line per entry, on disk before the next push, so a crash keeps what rollback needs.
+
+    Each attempt of the step (a task retry runs it again in the same run) begins with a marker: what it pushed
+    stays undoable, the rest is the last attempt's.
+    """
 
     def __init__(self, audit: AuditFolder):
-        self._file = audit.path("images", JOURNAL)
+        self._lines = Journal(audit.path("images", JOURNAL))
         self._kept = audit.path("images", "kept")
         self._kept.mkdir(exist_ok=True)
-        self._lock = threading.Lock()
-        self.data: dict[str, list[dict[str, Any]]] = {
-            key: [] for key in ("pushed", "records", "failed", "skipped", "unmapped")
-        }
-        if self._file.exists():  # the step again in the same run (a task retry): what it pushed stays undoable
-            self.data["pushed"] = json.loads(self._file.read_text(encoding="utf-8"))["pushed"]
+        self._lines.add({"kind": "attempt"})
 
-    def add(self, key: str, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self.data[key].append(entry)
-            self._file.write_text(json.dumps(self.data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    def add(self, kind: str, entry: dict[str, Any]) -> None:
+        self._lines.add({"kind": kind, "entry": entry})
+
+    @property
+    def data(self) -> dict[str, list[dict[str, Any]]]:
+        """What the run journaled, by kind."""
+        return read_journal(self._lines.path.parent.parent)
 
     def keep(self, previous: Manifest) -> str:
         """Keep the bytes of a manifest a push replaces; the file name, in the audit folder."""
@@ -54,6 +59,17 @@ class Journal:
 
 
 def read_journal(audit_root: Path) -> dict[str, list[dict[str, Any]]]:
-    """What the run journaled (empty when it pushed and recorded nothing)."""
-    file = audit_root / "images" / JOURNAL
-    return json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
+    """What the run journaled, by kind (empty lists when it pushed and recorded nothing): every attempt's pushes,
+    the last attempt's records, skips, failures and unmapped bases. A run journaled before this format is read
+    from its one JSON document."""
+    folder = audit_root / "images"
+    if not (folder / JOURNAL).exists() and (folder / EARLIER_JOURNAL).exists():
+        earlier = json.loads((folder / EARLIER_JOURNAL).read_text(encoding="utf-8"))
+        return {kind: earlier.get(kind, []) for kind in KINDS}
+    data: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for line in Journal(folder / JOURNAL).entries():
+        if line["kind"] == "attempt":
+            data = {k: (v if k == "pushed" else []) for k, v in data.items()}
+        else:
+            data[line["kind"]].append(line["entry"])
+    return data

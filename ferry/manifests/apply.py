@@ -7,11 +7,11 @@ import hashlib
 import json
 import threading
 import time
-from pathlib import Path
 
 import structlog
 
 from ferry.errors import PermanentError
+from ferry.files import Journal
 from ferry.interrupts import failpoint
 from ferry.kube import ClusterApi
 from ferry.manifests.model import MANAGED_BY_LABEL, PLAN_LABEL, Rules
@@ -87,14 +87,13 @@ def take_snapshot(cluster: ClusterApi, objects: list[dict], rules: Rules) -> tup
 
 
 def apply_in_waves(
-    cluster: ClusterApi, objects: list[dict], snapshot: dict[str, dict], journal: Path, stopping: threading.Event
+    cluster: ClusterApi, objects: list[dict], snapshot: dict[str, dict], journal: Journal, stopping: threading.Event
 ) -> int:
     """Apply objects (in wave order) one by one, journaling each before it is changed; a Job whose pod template
     changed (the API server refuses the apply: immutable) is replaced. The number applied."""
 
     def record(key: str, kind: str, action: str) -> None:
-        with journal.open("a", encoding="utf-8") as file:
-            file.write(json.dumps({"key": key, "wave": wave_of(kind), "action": action}) + "\n")
+        journal.add({"key": key, "wave": wave_of(kind), "action": action})
 
     for obj in objects:
         key, meta = key_of(obj), obj["metadata"]

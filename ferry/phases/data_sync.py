@@ -23,6 +23,7 @@ from connectors.registry import open_connector
 from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError, UsageError
+from ferry.files import Journal
 from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, StepResult, Undo
 from ferry.plan import Size
@@ -190,37 +191,34 @@ class DataSyncPhase(Phase):
         # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
         target_file = _target_file(journal)
         audit.write_json(self.name, target_file.name, {"target": redact_url(self.loaded.storage("target"))})
-        lock = threading.Lock()
+        created = Journal(journal)
         follow = _Follow(
             reporter.progress(
                 f"data-sync-{label(step).lower().replace('_', '-')}", f"data_sync progress, shard {step or '(all)'}"
             )
         )
         result = None
-        with journal.open("a", encoding="utf-8") as created:
 
-            def on_action(action: Action) -> None:
-                # Only keys the target did not hold: deleting them is a faithful undo.
-                if action.kind == COPY and action.dst is None:
-                    with lock:
-                        created.write(json.dumps(action.key) + "\n")
-                        created.flush()
+        def on_action(action: Action) -> None:
+            # Only keys the target did not hold: deleting them is a faithful undo.
+            if action.kind == COPY and action.dst is None:
+                created.add(action.key)
 
-            try:
-                result = run_sync(
-                    self.loaded.storage("source"),
-                    self.loaded.storage("target"),
-                    self.transfer_settings(step),
-                    profiles=self.loaded.plan.profiles,
-                    state_dir=self.loaded.layout.state,
-                    verify=False,  # the gate verifies, after every shard is done
-                    report_path=audit.path(self.name, f"sync-{label(step)}.json"),
-                    on_action=on_action,
-                    on_start=follow.start,
-                    stop=reporter.stopping,
-                )
-            finally:
-                follow.stop(finished=result is not None)
+        try:
+            result = run_sync(
+                self.loaded.storage("source"),
+                self.loaded.storage("target"),
+                self.transfer_settings(step),
+                profiles=self.loaded.plan.profiles,
+                state_dir=self.loaded.layout.state,
+                verify=False,  # the gate verifies, after every shard is done
+                report_path=audit.path(self.name, f"sync-{label(step)}.json"),
+                on_action=on_action,
+                on_start=follow.start,
+                stop=reporter.stopping,
+            )
+        finally:
+            follow.stop(finished=result is not None)
         summary = result.stats.summary()
         objects = summary["objects"]
         if objects["copied"] == objects["deleted"] == objects["failed"] == 0:

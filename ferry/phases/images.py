@@ -32,11 +32,12 @@ from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.digest_map import ImageRecord
 from ferry.errors import FerryError, PermanentError, TransientError
+from ferry.files import Journal
 from ferry.images import build, report
 from ferry.images.auth import ECR_HOST, Login, RegistryAuth, authfile_option, login
 from ferry.images.build import BASE_DIGEST, BASE_NAME, HASH_LABEL, SOURCE_LABEL, Build, Prepared, prepare
 from ferry.images.copy import Copy, copy_image, expand
-from ferry.images.journal import Journal, read_journal
+from ferry.images.journal import PushJournal, read_journal
 from ferry.images.oci import Manifest, Registry
 from ferry.images.rebase import read_dockerfile, rebase
 from ferry.images.record import image_record
@@ -49,8 +50,8 @@ from ferry.plan import BaseImageRule, FilePath, LoadedPlan, Plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
-# The digest map the run published, in its audit folder.
-DIGESTS = "digests.json"
+# In the phase's folder of a run: the digest map it published, and each pushed tag a rollback undid.
+DIGESTS, UNDONE = "digests.json", "rollback-undone.jsonl"
 log = structlog.get_logger("ferry.phases.images")
 
 
@@ -233,7 +234,7 @@ class ImagesPhase(Phase):
     # -- a run ------------------------------------------------------------------------------------
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Build and copy every image (one failing fails only itself), then publish the digest map."""
-        journal = Journal(audit)
+        journal = PushJournal(audit)
         work: list[tuple[str, DockerfileEntry | Copy]] = [(d.image, d) for d in self.settings.dockerfiles]
         work += [(c.name, c) for c in self._expand_copies()]
 
@@ -294,7 +295,7 @@ class ImagesPhase(Phase):
             folder=audit.path("images", "rebased") / slug(entry.image) if audit is not None else None,
         )
 
-    def _build_one(self, entry: DockerfileEntry, audit: AuditFolder, journal: Journal, authfile: list[str]) -> None:
+    def _build_one(self, entry: DockerfileEntry, audit: AuditFolder, journal: PushJournal, authfile: list[str]) -> None:
         prepared = self._prepare(entry, audit)
         target, source = prepared.target, self.source_ref(entry.image)
         for base in prepared.rebased.unmapped:
@@ -350,7 +351,7 @@ class ImagesPhase(Phase):
         source = Reference.parse(self.source_ref(f"{repository}:x"))
         return self.registry(source.host).tags(source.repository)
 
-    def _copy_one(self, copy: Copy, journal: Journal, authfile: list[str], stopping: threading.Event) -> None:
+    def _copy_one(self, copy: Copy, journal: PushJournal, authfile: list[str], stopping: threading.Event) -> None:
         source, target = copy.source, copy.target
         source_digest = self._digest(source)
         if source_digest is None:
@@ -374,7 +375,7 @@ class ImagesPhase(Phase):
             raise PermanentError(f"the copy's digest changed ({source_digest} became {landed})")
         self._record(journal, source, target, source_digest, "copied", None)
 
-    def _record(self, journal: Journal, source: str, target: str, digest: str, kind: str, base: str | None) -> None:
+    def _record(self, journal: PushJournal, source: str, target: str, digest: str, kind: str, base: str | None) -> None:
         journal.add("records", asdict(image_record(self.registry, source, target, digest, kind, base)))
 
     def records(self, audit_root: Path) -> list[ImageRecord]:
@@ -418,16 +419,15 @@ class ImagesPhase(Phase):
         # Tags this run created may share a digest: deleting it removes them together, and nothing else.
         ours = {e["target"] for e in pushed if not e["previous"]}
         # A rollback stopped between two tags left the ones it undid here; they are not undone twice.
-        undone_file = folder / "rollback-undone.jsonl"
-        undone = set(undone_file.read_text(encoding="utf-8").splitlines()) if undone_file.exists() else set()
+        undone_journal = Journal(folder / UNDONE)
+        undone = undone_journal.keys()
         for entry in one_by_one(reversed(pushed), stopping):
             if entry["target"] in undone:
                 items.append(f"{entry['target']} is undone already")
                 continue
             items.append(undo_push(self.registry, folder, entry, ours, dry_run))
             if not dry_run:
-                with undone_file.open("a", encoding="utf-8") as journal:
-                    journal.write(entry["target"] + "\n")
+                undone_journal.add({"key": entry["target"]})
         if not items:
             return Undo(f"nothing to undo: run {audit.root.name} pushed and published nothing")
         return Undo(f"{'would undo' if dry_run else 'undid'} {len(items)} change(s) of run {audit.root.name}", items)

@@ -31,7 +31,7 @@ from checks.manifests import (
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import FerryError, UsageError
-from ferry.files import write_atomic
+from ferry.files import Journal, write_atomic
 from ferry.interrupts import one_by_one
 from ferry.kube import ClusterApi, api_client, kubeconfig_path
 from ferry.manifests.apply import apply_in_waves, fingerprints, shown, take_snapshot, to_apply, wait_ready
@@ -44,6 +44,8 @@ from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Un
 from ferry.plan import FilePath
 from ferry.results import CheckResult, Status
 
+# In the phase's folder of a run: each object journaled before it changes, and each one a rollback undid.
+APPLIED, UNDONE = "applied.jsonl", "rollback-undone.jsonl"
 log = structlog.get_logger("ferry.phases.manifests")
 
 
@@ -241,7 +243,7 @@ class ManifestsPhase(Phase):
         objects = self.objects(rendering, cluster)
         self._snapshot(cluster, objects, audit)
         snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
-        journal = audit.path(self.name, "applied.jsonl")
+        journal = Journal(audit.path(self.name, APPLIED))
         applied = apply_in_waves(cluster, objects, snapshot, journal, reporter.stopping)
         waiting = wait_ready(cluster, objects, self.gate_settings.rollout_timeout_s, reporter.stopping)
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
@@ -275,17 +277,17 @@ class ManifestsPhase(Phase):
         """Restore every object the run changed as the snapshot has it, delete what it created, in reverse wave
         order; objects someone changed since the rollout stop it (ferry rollback --force goes on)."""
         folder = audit.root / self.name
-        journal = folder / "applied.jsonl"
-        if not journal.exists():
+        journal = Journal(folder / APPLIED)
+        if not journal.path.exists():
             return Undo(f"nothing to undo: run {audit.root.name} applied nothing to a cluster")
-        applied = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines() if line]
+        applied = list(journal.entries())
         snapshot = {e["key"]: e for e in json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))}
         secrets_file = self._secrets_file(audit.root)
         secrets = json.loads(secrets_file.read_text(encoding="utf-8")) if secrets_file.exists() else {}
         # A rollback stopped between two objects left the ones it undid here: not undone twice, and not taken for
         # drift (they differ from what the rollout left because the rollback put them back).
-        undone_file = folder / "rollback-undone.jsonl"
-        undone = set(undone_file.read_text(encoding="utf-8").splitlines()) if undone_file.exists() else set()
+        undone_journal = Journal(folder / UNDONE)
+        undone = undone_journal.keys()
         order = undo_order(applied, undone)
         items = [
             f"{'delete' if a['action'] == 'created' else 'restore'} {shown(a['key'])} ({a['wave']})" for a in order
@@ -306,12 +308,10 @@ class ManifestsPhase(Phase):
                 f"({', '.join(shown(k) for k in changed[:3])}): rollback stopped; --force restores anyway"
             )
         kept = []
-        with undone_file.open("a", encoding="utf-8") as journal:
-            for entry in one_by_one(order, stopping):
-                snap, secret = snapshot[entry["key"]], secrets.get(entry["key"])
-                kept.append(undo_one(cluster, entry, snap, secret, self.loaded.plan.name))
-                journal.write(entry["key"] + "\n")
-                journal.flush()
+        for entry in one_by_one(order, stopping):
+            snap, secret = snapshot[entry["key"]], secrets.get(entry["key"])
+            kept.append(undo_one(cluster, entry, snap, secret, self.loaded.plan.name))
+            undone_journal.add({"key": entry["key"]})
         notes = [note for note in kept if note]
         return Undo(f"restored {len(items)} object(s) of run {audit.root.name} in reverse wave order", notes + items)
 

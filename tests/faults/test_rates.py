@@ -25,6 +25,7 @@ from azure.storage.blob import BlobServiceClient
 
 from connectors.transfer import TransferSettings
 from ferry.errors import FerryError
+from ferry.images.journal import read_journal
 from ferry.images.oci import Registry
 from ferry.profiles import Profile
 from ferry.sync import run_sync
@@ -263,9 +264,9 @@ def assert_copied(root: Path, source: Server, target: Server, failures: list[str
     assert all("\n" not in f for f in failures), "each failure is one line"
     for tag in TAGS:
         assert held_whole(direct, tag) == original.digest("ml/tool", tag), tag
-    for journal in (root / ".ferry" / "runs").glob("r*/images/journal.json"):
-        for record in json.loads(journal.read_text(encoding="utf-8"))["records"]:
-            assert held_whole(direct, record["target"].rpartition(":")[2]) == record["digest"], journal
+    for run in (root / ".ferry" / "runs").glob("r*"):
+        for record in read_journal(run)["records"]:
+            assert held_whole(direct, record["target"].rpartition(":")[2]) == record["digest"], run
     last = max((root / ".ferry" / "runs").glob("r*"), key=lambda run: int(run.name[1:]))
     published = Path(json.loads((last / "images" / "published.json").read_text(encoding="utf-8"))["path"])
     images = json.loads(published.read_text(encoding="utf-8"))["images"]

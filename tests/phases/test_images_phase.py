@@ -18,6 +18,7 @@ import pytest
 from ferry import digest_map
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
+from ferry.images.journal import read_journal
 from ferry.images.oci import Registry
 from ferry.images.reference import Reference
 from ferry.layout import StateLayout
@@ -259,6 +260,22 @@ def test_rollback_puts_a_moved_tag_back_and_keeps_a_shared_digest(registries: Re
     )
     assert regs.digest(moved) == base.digest
     assert regs.digest(f"{regs.tgt}/moved/eval:keep") == eval_digest
+
+
+def test_a_run_journaled_in_the_earlier_format_rolls_back(registries: Registries, tmp_path: Path) -> None:
+    """A run committed before the one journal format (journal.json, one document) is rolled back from it."""
+    plan = _plan(tmp_path, registries, {}, ["tokenizer:1.0"])
+    phase, audit, _ = _run_all(plan, "r1")
+    pushed = registries.digest(f"{registries.tgt}/ai/tokenizer:1.0")
+    assert pushed is not None
+    # The audit folder as the images phase wrote it before: every kind in one JSON document.
+    folder = audit.root / "images"
+    earlier = read_journal(audit.root)
+    (folder / "journal.json").write_text(json.dumps(earlier, indent=2, sort_keys=True) + "\n")
+    (folder / "journal.jsonl").unlink()
+    undo = phase.rollback(audit)
+    assert f"deleted {registries.tgt}/ai/tokenizer:1.0 ({pushed})" in undo.items, undo.items
+    assert registries.digest(f"{registries.tgt}/ai/tokenizer:1.0") is None
 
 
 def test_kaniko_renders_a_valid_job_and_the_gate_says_what_is_missing(
