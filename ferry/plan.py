@@ -33,7 +33,7 @@ from ferry.config import FieldProblem, field_line, load_yaml_model
 from ferry.errors import UsageError
 from ferry.layout import StateLayout
 from ferry.phase_registry import load_phase, phase_names
-from ferry.profiles import Credentials, Profile
+from ferry.profiles import Credentials, Profile, SecretRef
 from ferry.units import parse_size
 
 TARGETS_DIR = Path(__file__).with_name("targets")
@@ -359,14 +359,9 @@ class LoadedPlan:
         return yaml.safe_dump(self.raw, sort_keys=False, allow_unicode=True)
 
 
-def credential_vars(named: dict[tuple, Credentials]) -> dict[tuple, str]:
-    """The environment variables named credentials take secrets from, by the field naming each."""
-    return {
-        (*loc, field): value
-        for loc, credentials in named.items()
-        for field, value in credentials.model_dump().items()
-        if field.endswith("_env") and value
-    }
+def secret_refs(named: dict[tuple, Credentials]) -> dict[tuple, SecretRef]:
+    """Every secret the named credentials take, where it comes from, by the plan field naming it."""
+    return {(*loc, ref.field): ref for loc, credentials in named.items() for ref in credentials.refs()}
 
 
 def load_plan(path: Path) -> LoadedPlan:

@@ -7,6 +7,7 @@ connection-string variable, and the connector reads them when it opens.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -18,14 +19,47 @@ from ferry.errors import UsageError
 ConnectorType = Literal["s3", "azure", "local", "fsspec"]
 
 
-SECRETS = ("access_key_id", "secret_access_key", "session_token", "connection_string", "account_key", "sas_token")
+@dataclass(frozen=True)
+class SecretRef:
+    """Where one secret comes from: an environment variable or a Prefect Secret block, never its value.
+
+    name is the secret's name in its credentials (`password`); its plan fields are `<name>_env` and
+    `<name>_secret`. Printing one shows where the secret comes from, never what it is.
+    """
+
+    name: str
+    env: str | None = None
+    block: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The plan field that names it."""
+        return f"{self.name}_env" if self.env else f"{self.name}_secret"
+
+    def __str__(self) -> str:
+        return f"${self.env}" if self.env else f"Prefect Secret block {self.block!r}"
+
+    def resolve(self) -> str:
+        """The secret's value, read now (never logged, never stored): UsageError naming the field when its variable
+        is not set or its block does not exist."""
+        if self.env:
+            value = os.environ.get(self.env)
+            if not value:
+                raise UsageError(f"credentials.{self.field} names ${self.env}, which is not set")
+            return value
+        from prefect.blocks.system import Secret
+
+        try:
+            return str(Secret.load(self.block).get())
+        except ValueError:
+            raise UsageError(f"credentials.{self.field}: no Prefect Secret block named {self.block!r}") from None
 
 
 class Credentials(BaseModel):
     """Where a connector finds its secrets: names only, never values.
 
     Each secret is named either as an environment variable (`<secret>_env`) or as a Prefect
-    Secret block (`<secret>_secret`), never both.
+    Secret block (`<secret>_secret`), never both; a subclass names more secrets by adding such pairs.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,33 +79,32 @@ class Credentials(BaseModel):
     sas_token_env: str | None = None
     sas_token_secret: str | None = None
 
+    @classmethod
+    def secret_names(cls) -> tuple[str, ...]:
+        """The secrets these credentials can name: every `<name>_env` field with its `<name>_secret`."""
+        fields = cls.model_fields
+        return tuple(f.removesuffix("_env") for f in fields if f.endswith("_env") and f"{f[:-4]}_secret" in fields)
+
     @model_validator(mode="after")
     def _one_source_each(self) -> Credentials:
-        for name in SECRETS:
+        for name in self.secret_names():
             if getattr(self, f"{name}_env") and getattr(self, f"{name}_secret"):
                 raise ValueError(f"{name}: name an environment variable or a Prefect Secret block, not both")
         return self
 
+    def refs(self) -> list[SecretRef]:
+        """Every secret named here, where it comes from."""
+        found = (SecretRef(n, getattr(self, f"{n}_env"), getattr(self, f"{n}_secret")) for n in self.secret_names())
+        return [ref for ref in found if ref.env or ref.block]
+
     def named(self, name: str) -> bool:
         """True if the secret `name` has a source."""
-        return bool(getattr(self, f"{name}_env") or getattr(self, f"{name}_secret"))
+        return any(ref.name == name for ref in self.refs())
 
     def resolve(self, name: str) -> str | None:
         """The secret `name` from its variable or Prefect Secret block; None if neither is named."""
-        variable, block = getattr(self, f"{name}_env"), getattr(self, f"{name}_secret")
-        if variable:
-            value = os.environ.get(variable)
-            if not value:
-                raise UsageError(f"credentials.{name}_env names ${variable}, which is not set")
-            return value
-        if block:
-            from prefect.blocks.system import Secret
-
-            try:
-                return str(Secret.load(block).get())
-            except ValueError:
-                raise UsageError(f"credentials.{name}_secret: no Prefect Secret block named {block!r}") from None
-        return None
+        ref = next((ref for ref in self.refs() if ref.name == name), None)
+        return ref.resolve() if ref else None
 
     def boto3_session_args(self) -> dict[str, str]:
         """boto3 Session arguments for what is named here; the rest is left to boto3's credential chain."""

@@ -281,6 +281,27 @@ def test_plan_validate_and_show_see_the_registry_logins_the_images_phase_names(t
     assert "REG_PASS: NOT SET" in out and "REG_USER: set" in out and "robot" not in out
 
 
+def test_plan_show_lists_the_prefect_secret_blocks_a_plan_names_and_never_a_value(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("REG_USER", "robot")
+    path = tmp_path / "migration.yaml"
+    path.write_text(
+        "name: blocks\nsource: {storage: ./src, registry: registry.corp/ml}\n"
+        "target: {storage: ./dst, registry: registry.meta.example/ai}\n"
+        "profiles:\n  meta: {type: s3, credentials: {secret_access_key_secret: meta-s3-key}}\n"
+        "phases:\n  images:\n    copy: [tool:1]\n    auth:\n"
+        "      registry.meta.example: {username_env: REG_USER, password_secret: meta-registry-password}\n"
+    )
+    (tmp_path / "src").mkdir()
+    code, out, err = run_cli("plan", "show", str(path), "--no-preflight")
+    assert code == 0, err
+    blocks = out.split("Prefect Secret blocks it reads")[1].splitlines()
+    assert [line for line in blocks if ": read by the run" in line] == [
+        "meta-registry-password: read by the run that needs it",
+        "meta-s3-key: read by the run that needs it",
+    ]
+    assert "REG_USER: set" in out and "robot" not in out
+
+
 def test_a_misspelt_phase_stops_before_any_run_or_audit_folder(tmp_path) -> None:
     path = tmp_path / "migration.yaml"
     path.write_text(VALID)

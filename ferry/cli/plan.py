@@ -13,20 +13,17 @@ from ferry.cli.console import out
 from ferry.errors import UsageError
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
-from ferry.plan import load_plan
+from ferry.plan import load_plan, secret_refs
+from ferry.profiles import SecretRef
 from ferry.results import Status
 
 app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 
 
-def _credential_vars(loaded, phases: list) -> dict[tuple, str]:
-    """The environment variables every credential the plan names takes secrets from, by the field naming each:
-    the plan's own (profiles, live IAM) and its phases'."""
-    from ferry.plan import credential_vars
-
-    return credential_vars(
-        loaded.credentials() | {loc: c for phase in phases for loc, c in phase.credentials().items()}
-    )
+def _secret_refs(loaded, phases: list) -> dict[tuple, SecretRef]:
+    """Every secret the plan names, by the field naming it: its own credentials' (profiles, live IAM) and its
+    phases' (registry logins)."""
+    return secret_refs(loaded.credentials() | {loc: c for phase in phases for loc, c in phase.credentials().items()})
 
 
 @app.command("validate")
@@ -43,7 +40,8 @@ def plan_validate(
     plan = loaded.plan
     phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
     files = {loc: file for phase in phases for loc, file in phase.files().items()}
-    problems = plan_problems(loaded, files, _credential_vars(loaded, phases), offline)
+    variables = {loc: ref.env for loc, ref in _secret_refs(loaded, phases).items() if ref.env}
+    problems = plan_problems(loaded, files, variables, offline)
     if problems:
         raise UsageError("\n".join(problems))
     out.print(
@@ -76,11 +74,17 @@ def plan_show(
         markup=False,
         highlight=False,
     )
-    refs = sorted(loaded.env_refs | set(_credential_vars(loaded, phases).values()))
+    secrets = _secret_refs(loaded, phases).values()
+    refs = sorted(loaded.env_refs | {ref.env for ref in secrets if ref.env})
     if refs:
         out.rule("environment it reads (values never shown)")
         for name in refs:
             out.print(f"{name}: {'set' if name in os.environ else 'NOT SET'}", markup=False, highlight=False)
+    blocks = sorted({ref.block for ref in secrets if ref.block})
+    if blocks:
+        out.rule("Prefect Secret blocks it reads (values never shown)")
+        for block in blocks:
+            out.print(f"{block}: read by the run that needs it", markup=False, highlight=False)
     if preflight:
         out.rule("preflight")
         results = preflight_checks(loaded)

@@ -37,9 +37,6 @@ class RegistryAuth(Credentials):
 
     @model_validator(mode="after")
     def _one_way(self) -> RegistryAuth:
-        for name in ("username", "password"):
-            if getattr(self, f"{name}_env") and getattr(self, f"{name}_secret"):
-                raise ValueError(f"{name}: name an environment variable or a Prefect Secret block, not both")
         if self.named("username") != self.named("password"):
             raise ValueError("name both a username and a password")
         if self.named("username") and self.auth_file:
