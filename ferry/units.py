@@ -19,3 +19,11 @@ def parse_size(text: str | int) -> int:
     if value <= 0:
         raise ValueError(f"{text!r} is not a positive size")
     return value
+
+
+def format_size(value: int) -> str:
+    """value as people write it, in the largest unit that divides it (8388608: 8M); parse_size reads it back."""
+    for unit in ("T", "G", "M", "K"):
+        if value % _UNITS[unit] == 0:
+            return f"{value // _UNITS[unit]}{unit}"
+    return str(value)

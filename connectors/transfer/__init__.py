@@ -9,7 +9,7 @@ mismatch policies), route (how bytes travel), state (one shard's durable record)
 from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, merge_join
 from connectors.transfer.engine import Transfer, abort_incomplete
 from connectors.transfer.retry import hash_object, listing, retrying
-from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
+from connectors.transfer.settings import TransferSettings, bounds, effective_threads, part_size_for
 from connectors.transfer.state import ObjectRecord, TransferState, written_signatures
 from connectors.transfer.stats import LatencyHistogram, Stats
 
@@ -26,6 +26,7 @@ __all__ = [
     "TransferSettings",
     "TransferState",
     "abort_incomplete",
+    "bounds",
     "diff",
     "effective_threads",
     "hash_object",

@@ -1,34 +1,49 @@
-"""Every knob of a transfer in one settings object, and the part size it gives an object."""
+"""Every knob of a transfer in one settings object (each default and bound), and the part size it gives an object."""
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from connectors.base import Connector, MiB
 from ferry.errors import PermanentError
 
 
 @dataclass(frozen=True)
-class TransferSettings:
-    """Every knob of a transfer, in one place."""
+class Bounds:
+    """The least and the greatest value a knob takes; None: no bound on that side."""
 
-    threads: int = 128
+    least: float | None = None
+    most: float | None = None
+
+
+def _knob(default: Any, least: float | None = None, most: float | None = None) -> Any:
+    """A knob's default and bounds: `ferry sync`'s options and the data_sync phase's settings take both from here."""
+    return field(default=default, metadata={"bounds": Bounds(least, most)})
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """Every knob of a transfer, in one place: the one table of defaults and bounds (`bounds`), as rclone makes its
+    flags from its option table."""
+
+    threads: int = _knob(128, 1, 4096)
     # Preferred part size; raised when an object would need more parts than the target allows.
-    part_size: int = 8 * MiB
+    part_size: int = _knob(8 * MiB, 1)
     # Objects above this go multipart.
-    multipart_threshold: int = 16 * MiB
+    multipart_threshold: int = _knob(16 * MiB, 1)
     # Server-side copies above this go in parallel part copies; below, one whole-object copy
     # (one request to the store instead of a begin, N part copies and a complete).
-    copy_threshold: int = 1024 * MiB
+    copy_threshold: int = _knob(1024 * MiB, 1)
     # Object bytes held in memory at once, across all workers.
-    memory_budget: int = 96 * MiB
+    memory_budget: int = _knob(96 * MiB, 1)
     # How long one request keeps retrying transient errors (throttling, 5xx, resets, timeouts) from its first
-    # attempt: long enough to ride out an endpoint that is away for half a minute.
-    retry_budget_s: float = 120.0
+    # attempt: long enough to ride out an endpoint that is away for half a minute; at most a day.
+    retry_budget_s: float = _knob(120.0, 0, 86400)
     # At most this many attempts per request as well (1 = no retry); None: the budget alone decides.
-    retries: int | None = None
+    retries: int | None = _knob(None, 1, 10_000)
     retry_base_s: float = 0.25
     retry_max_s: float = 20.0
     checksum: bool = False
@@ -39,22 +54,29 @@ class TransferSettings:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     # Bytes per second through this machine; None is unlimited.
-    bwlimit: int | None = None
+    bwlimit: int | None = _knob(None, 1)
     url_expiry_s: int = 6 * 3600
 
     def __post_init__(self) -> None:
-        if self.threads < 1:
-            raise ValueError("threads must be at least 1")
-        if self.part_size < 1 or self.memory_budget < 1:
-            raise ValueError("part size and memory budget must be positive")
-        if self.retry_budget_s < 0 or (self.retries is not None and self.retries < 1):
-            raise ValueError("the retry budget must be >= 0 s and retries at least 1")
+        for knob in fields(self):
+            value, limits = getattr(self, knob.name), bounds(knob.name)
+            if value is None:
+                continue
+            if limits.least is not None and value < limits.least:
+                raise ValueError(f"{knob.name} must be at least {limits.least}")
+            if limits.most is not None and value > limits.most:
+                raise ValueError(f"{knob.name} must be at most {limits.most}")
 
     def selects(self, key: str) -> bool:
         """True if include/exclude globs let key through."""
         if self.include and not any(fnmatch.fnmatchcase(key, g) for g in self.include):
             return False
         return not any(fnmatch.fnmatchcase(key, g) for g in self.exclude)
+
+
+def bounds(name: str) -> Bounds:
+    """The bounds of the knob `name` (none for a setting that has no knob's bounds)."""
+    return TransferSettings.__dataclass_fields__[name].metadata.get("bounds", Bounds())
 
 
 def part_size_for(size: int, settings: TransferSettings, target: Connector) -> int:

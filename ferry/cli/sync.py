@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings
+from connectors.transfer import COPY, DELETE, Action, Stats, TransferSettings, bounds
 from ferry import logs, units
 from ferry.cli.console import check_log_format, err, out
 from ferry.errors import Interrupted, UsageError
@@ -38,33 +38,65 @@ def parse_size(text: str, what: str) -> int:
         raise UsageError(f"{what}: {exc}") from None
 
 
+# Every option that sets an engine knob takes its default and bounds from the engine's table (TransferSettings).
+_THREADS, _RETRY_BUDGET, _RETRIES = bounds("threads"), bounds("retry_budget_s"), bounds("retries")
+
+
+def _size_default(name: str) -> str | None:
+    """A size knob's default as its option shows it (8 MiB: 8M), or None where the engine has none."""
+    value = getattr(TransferSettings, name)
+    return None if value is None else units.format_size(value)
+
+
 def sync(
     source: Annotated[
         str, typer.Argument(help="s3://bucket/prefix, az://container/prefix, ./dir, PROFILE://..., any fsspec URL")
     ],
     target: Annotated[str, typer.Argument(help="Where the objects go (same forms as SOURCE)")],
-    threads: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent transfers")] = 128,
+    threads: Annotated[
+        int, typer.Option(min=_THREADS.least, max=_THREADS.most, help="Concurrent transfers")
+    ] = TransferSettings.threads,
     profiles: Annotated[Path | None, typer.Option(help="YAML file of scheme aliases (profiles:)")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would change; change nothing")] = False,
-    delete: Annotated[bool, typer.Option("--delete", help="Remove target objects the source does not have")] = False,
-    checksum: Annotated[bool, typer.Option("--checksum", help="Re-hash both sides of equal-sized objects")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would change; change nothing")
+    ] = TransferSettings.dry_run,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Remove target objects the source does not have")
+    ] = TransferSettings.delete,
+    checksum: Annotated[
+        bool, typer.Option("--checksum", help="Re-hash both sides of equal-sized objects")
+    ] = TransferSettings.checksum,
     include: Annotated[list[str] | None, typer.Option(help="Glob of keys to include (repeatable)")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="Glob of keys to exclude (repeatable)")] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the data gate after the copy")] = False,
     deep_verify: Annotated[bool, typer.Option("--deep-verify", help="The gate re-reads every target object")] = False,
     bwlimit: Annotated[
         str | None, typer.Option(help="Cap on bytes per second through ferry, e.g. 50M (store-side copies: no cap)")
-    ] = None,
-    part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = "8M",
-    multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = "16M",
-    copy_threshold: Annotated[str, typer.Option(help="Server-side copies above this go in parallel parts")] = "1G",
-    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = "96M",
+    ] = _size_default("bwlimit"),
+    part_size: Annotated[str, typer.Option(help="Preferred multipart part size")] = _size_default("part_size"),
+    multipart_threshold: Annotated[str, typer.Option(help="Objects above this go multipart")] = _size_default(
+        "multipart_threshold"
+    ),
+    copy_threshold: Annotated[
+        str, typer.Option(help="Server-side copies above this go in parallel parts")
+    ] = _size_default("copy_threshold"),
+    memory_budget: Annotated[str, typer.Option(help="Object bytes held in memory at once")] = _size_default(
+        "memory_budget"
+    ),
     retry_budget: Annotated[
-        float, typer.Option(min=0, help="Seconds each request keeps retrying transient errors")
+        float,
+        typer.Option(
+            min=_RETRY_BUDGET.least, max=_RETRY_BUDGET.most, help="Seconds each request keeps retrying transient errors"
+        ),
     ] = TransferSettings.retry_budget_s,
     retries: Annotated[
-        int | None, typer.Option(min=1, help="At most this many attempts per request (default: the budget decides)")
-    ] = None,
+        int | None,
+        typer.Option(
+            min=_RETRIES.least,
+            max=_RETRIES.most,
+            help="At most this many attempts per request (default: the budget decides)",
+        ),
+    ] = TransferSettings.retries,
     abort_incomplete: Annotated[
         bool, typer.Option("--abort-incomplete", help="Abort unfinished multipart uploads under TARGET, then exit")
     ] = False,

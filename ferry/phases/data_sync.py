@@ -12,7 +12,7 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import Field, field_validator
@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from checks.data import check_data
 from connectors.base import redact_url
 from connectors.registry import open_connector
-from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState
+from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState, bounds
 from ferry.audit import AuditFolder
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.files import Journal
@@ -33,23 +33,37 @@ from ferry.sync import delete_created, run_sync
 log = structlog.get_logger("ferry.phases.data_sync")
 
 
-class DataSyncSettings(Settings):
-    """Settings of the data_sync phase (the same knobs as `ferry sync`)."""
+def _knob(name: str, hashed: Literal["always", "unless default", "never"] = "always") -> Any:
+    """A field for the engine's knob `name`, its default and bounds taken from TransferSettings. `hashed` says when
+    it enters the input hash: always; unless at its default (a knob added since the hashes pinned at commit 4138b9e:
+    a plan that leaves it there keeps the hash it had); never (how hard a transfer tries, not what it produces)."""
+    default, limits = getattr(TransferSettings, name), bounds(name)
+    return Field(
+        default=default,
+        ge=limits.least,
+        le=limits.most,
+        exclude=hashed == "never",
+        exclude_if=(lambda value: value == default) if hashed == "unless default" else None,
+    )
 
-    threads: int = Field(default=128, ge=1, le=4096)
-    part_size: Size = 8 << 20
-    multipart_threshold: Size = 16 << 20
-    memory_budget: Size = 96 << 20
-    bwlimit: Size | None = None
+
+class DataSyncSettings(Settings):
+    """Settings of the data_sync phase (the same knobs as `ferry sync`, with the engine's defaults and bounds)."""
+
+    threads: int = _knob("threads")
+    part_size: Size = _knob("part_size")
+    multipart_threshold: Size = _knob("multipart_threshold")
+    copy_threshold: Size = _knob("copy_threshold", "unless default")
+    memory_budget: Size = _knob("memory_budget")
+    bwlimit: Size | None = _knob("bwlimit")
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
-    delete: bool = False
-    checksum: bool = False
+    delete: bool = _knob("delete")
+    checksum: bool = _knob("checksum")
     # How long each request keeps retrying a transient error (throttling, 5xx, resets, timeouts) before its object
-    # fails, and at most how many attempts (none: the budget decides). How hard it tries, not what it produces:
-    # left out of the input hash (exclude), which stays what was pinned at commit 4138b9e.
-    retry_budget_s: float = Field(default=TransferSettings.retry_budget_s, ge=0, le=86400, exclude=True)
-    retries: int | None = Field(default=TransferSettings.retries, ge=1, le=10_000, exclude=True)
+    # fails, and at most how many attempts (none: the budget decides).
+    retry_budget_s: float = _knob("retry_budget_s", "never")
+    retries: int | None = _knob("retries", "never")
     # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
     shards: list[str] = Field(default_factory=list)
 
@@ -135,6 +149,7 @@ class DataSyncPhase(Phase):
             threads=sync.threads,
             part_size=sync.part_size,
             multipart_threshold=sync.multipart_threshold,
+            copy_threshold=sync.copy_threshold,
             memory_budget=sync.memory_budget,
             bwlimit=sync.bwlimit,
             include=tuple(sync.include),

@@ -119,6 +119,16 @@ def test_what_the_phase_depends_on_changes_the_hash_and_nothing_else_does(pinned
     plan.write_text(text)
 
 
+def test_a_knob_added_since_ferry_0_1_changes_the_hash_only_off_its_default(pinned_dir: Path) -> None:
+    plan = pinned_dir / "data_sync_tuned.yaml"
+    base = digest(plan, "data_sync")
+    text = plan.read_text()
+    for value, changes in (("1G", False), ("1024M", False), ("512M", True)):  # copy_threshold's default is 1 GiB
+        plan.write_text(text.replace("    threads: 64\n", f"    threads: 64\n    copy_threshold: {value}\n"))
+        assert (digest(plan, "data_sync") != base) is changes, value
+    plan.write_text(text)
+
+
 def test_a_changed_export_file_changes_the_iam_hash(pinned_dir: Path) -> None:
     plan = pinned_dir / "iam_exports.yaml"
     before = digest(plan, "iam")
