@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ferry.errors import UsageError
 
@@ -15,6 +15,14 @@ M = TypeVar("M", bound=BaseModel)
 # More values than any plan or profiles file holds once its aliases are expanded, few enough to walk at once: an
 # alias bomb (each level ten aliases of the one before) expands ten-fold per level.
 MAX_VALUES = 100_000
+
+
+class Settings(BaseModel):
+    """Base of a phase's settings (`phases.<name>`) and gate (`gates.<name>`) models: unknown keys are errors.
+
+    In the base layer, so that a phase's domain package may hold its settings apart from its machinery."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class FieldProblem(ValueError):

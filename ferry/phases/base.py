@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from checks.preflight import preflight as plan_preflight
 from ferry.audit import AuditFolder
+from ferry.config import Settings
 from ferry.phase_registry import load_phase
 from ferry.plan import LoadedPlan, Plan
 from ferry.profiles import Credentials
@@ -30,12 +31,6 @@ from ferry.results import CheckResult
 # In a phase's folder of a run: its rollback finished (what it did, in words).
 ROLLED_BACK = "rollback.json"
 log = structlog.get_logger("ferry.phases")
-
-
-class Settings(BaseModel):
-    """Base of a phase's settings (`phases.<name>`) and gate (`gates.<name>`) models: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class StepResult(BaseModel):

@@ -22,10 +22,11 @@ from connectors.base import redact_url
 from connectors.registry import open_connector
 from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState, bounds
 from ferry.audit import AuditFolder
+from ferry.config import Settings
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
-from ferry.phases.base import Changes, Phase, Progress, Reporter, Settings, StepResult, Undo
+from ferry.phases.base import Changes, Phase, Progress, Reporter, StepResult, Undo
 from ferry.plan import Size
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync

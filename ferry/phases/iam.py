@@ -29,6 +29,7 @@ from checks.iam import (
 )
 from checks.preflight import check_iam_sources
 from ferry.audit import AuditFolder
+from ferry.config import Settings
 from ferry.errors import UsageError
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS, aws_iam_call, aws_principals, fetch_aws_details
 from ferry.iam.azure import azure_principals, role_definitions
@@ -36,7 +37,7 @@ from ferry.iam.ldap import ldap_principals
 from ferry.iam.model import Level, Mapping, Principal, map_principals, render_rbac
 from ferry.iam.sources import read_export
 from ferry.interrupts import failpoint
-from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
+from ferry.phases.base import Changes, Phase, Reporter, StepResult, Undo
 from ferry.plan import DNS_LABEL, LoadedPlan, Plan
 from ferry.results import CheckResult
 

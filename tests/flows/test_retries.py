@@ -12,9 +12,10 @@ import pytest
 from pydantic import Field
 
 from ferry.audit import AuditFolder
+from ferry.config import Settings
 from ferry.errors import PermanentError, TransientError
 from ferry.phase_registry import register, unregister
-from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
+from ferry.phases.base import Changes, Phase, Reporter, StepResult, Undo
 from ferry.results import CheckResult, Status
 
 ATTEMPTS = 2  # retries.attempts: retries after the first attempt

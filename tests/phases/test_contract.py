@@ -13,9 +13,10 @@ import pytest
 from pydantic import Field
 
 from ferry.audit import AuditFolder
+from ferry.config import Settings
 from ferry.errors import TransientError
 from ferry.phase_registry import phase_names, register, unregister
-from ferry.phases.base import Changes, Phase, Reporter, Settings, StepResult, Undo
+from ferry.phases.base import Changes, Phase, Reporter, StepResult, Undo
 from ferry.results import CheckResult, Status
 from tests.support import run_cli
 
