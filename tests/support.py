@@ -193,6 +193,66 @@ def busybox_image(work: Path, name: str, arch: str, env: list[str]) -> None:
     buildah(work, "commit", "--format", "oci", "--rm", container, name)
 
 
+@dataclass
+class Registries:
+    """Two registries, the source seeded by start_registry_pair, and buildah's storage that seeded it."""
+
+    source: Server
+    target: Server
+    work: Path
+
+    @property
+    def src(self) -> str:
+        return f"127.0.0.1:{self.source.port}"
+
+    @property
+    def tgt(self) -> str:
+        return f"127.0.0.1:{self.target.port}"
+
+    def client(self, host: str):
+        from ferry.images.oci import Registry
+
+        return Registry(host, insecure=True)
+
+    def digest(self, reference: str) -> str | None:
+        from ferry.images.reference import Reference
+
+        ref = Reference.parse(reference)
+        return self.client(ref.host).digest(ref.repository, ref.ref)
+
+    def stop(self) -> None:
+        self.source.stop()
+        self.target.stop()
+
+
+def start_registry_pair(work: Path) -> Registries:
+    """A source and a target registry, the source holding what the images tests copy and rebase onto.
+
+    The bases are made here: a busybox-static root filesystem committed with buildah and pushed to the source
+    (`base/busy-meta:1`, with CUDA_VERSION in its config, as NGC's images carry it); `ml/tokenizer:1.0`, a
+    two-platform index assembled with `buildah manifest` from two images whose architecture is only declared, so
+    no foreign binary runs; and `ml/eval:1` and `ml/eval:2`, one image under two tags.
+    """
+    regs = Registries(start_registry(), start_registry(), work)
+    try:
+        src = regs.src
+        push = ("push", "--tls-verify=false")
+        busybox_image(work, "busy-meta", "amd64", ["CUDA_VERSION=12.4.1"])
+        buildah(work, *push, "busy-meta", f"docker://{src}/base/busy-meta:1")
+        busybox_image(work, "tok-amd64", "amd64", [])
+        busybox_image(work, "tok-arm64", "arm64", [])
+        buildah(work, "manifest", "create", "tok")
+        buildah(work, "manifest", "add", "--arch", "amd64", "tok", "containers-storage:localhost/tok-amd64")
+        buildah(work, "manifest", "add", "--arch", "arm64", "tok", "containers-storage:localhost/tok-arm64")
+        buildah(work, "manifest", "push", "--all", "--tls-verify=false", "tok", f"docker://{src}/ml/tokenizer:1.0")
+        for tag in ("1", "2"):
+            buildah(work, *push, "tok-amd64", f"docker://{src}/ml/eval:{tag}")
+    except BaseException:
+        regs.stop()
+        raise
+    return regs
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `ferry ARGS...` run in this process (it sees phases registered here)."""
     import pytest

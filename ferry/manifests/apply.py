@@ -136,6 +136,18 @@ def wait_ready(cluster: ClusterApi, objects: list[dict], timeout_s: float, stopp
     return [f"{key}: {why.get(key, 'not ready')}" for key in pending]
 
 
+def changed_since(snapshot: dict[str, dict], secrets: dict[str, dict], left: dict[str, str | None]) -> list[str]:
+    """The keys of what a rollout left (`fingerprints()`) whose object is not what the run's snapshot found before it
+    changed anything (a Secret's, whole, in secrets): what the run changed on the cluster."""
+
+    def before(key: str) -> str | None:
+        entry = snapshot[key]
+        found = entry["object"] if "object" in entry else secrets.get(key)
+        return fingerprint(found) if found else None
+
+    return [key for key, now in left.items() if now != before(key)]
+
+
 def fingerprints(cluster: ClusterApi, objects: list[dict]) -> dict[str, str | None]:
     """The fingerprint of each object as the cluster has it now, by key (None: not there)."""
     live = {}

@@ -33,7 +33,15 @@ from ferry.errors import FerryError, UsageError
 from ferry.files import Journal, write_atomic
 from ferry.interrupts import one_by_one
 from ferry.kube import ClusterApi, api_client, kubeconfig_path
-from ferry.manifests.apply import apply_in_waves, fingerprints, shown, take_snapshot, to_apply, wait_ready
+from ferry.manifests.apply import (
+    apply_in_waves,
+    changed_since,
+    fingerprints,
+    shown,
+    take_snapshot,
+    to_apply,
+    wait_ready,
+)
 from ferry.manifests.model import Rendering, Rules
 from ferry.manifests.rollout import WAVES
 from ferry.manifests.rules import transform
@@ -216,8 +224,14 @@ class ManifestsPhase(Phase):
         waiting = wait_ready(cluster, objects, self.gate_settings.rollout_timeout_s, reporter.stopping)
         audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
         # What the rollout left, to tell later what someone changed since.
-        audit.write_json(self.name, "fingerprints.json", fingerprints(cluster, objects))
-        return StepResult(changed=applied > 0, details={**summary, "applied": applied})
+        left = fingerprints(cluster, objects)
+        audit.write_json(self.name, "fingerprints.json", left)
+        # Changed against the run's snapshot, not by this attempt alone: a retried step's first attempt counts, and
+        # an apply of what the cluster holds already changes nothing.
+        secrets_file = self._secrets_file(audit.root)
+        secrets = json.loads(secrets_file.read_text(encoding="utf-8")) if secrets_file.exists() else {}
+        changed = changed_since(snapshot, secrets, left)
+        return StepResult(changed=bool(changed), details={**summary, "applied": applied, "changed": len(changed)})
 
     def _snapshot(self, cluster: ClusterApi, objects: list[dict], audit: AuditFolder) -> None:
         """Every object the run will touch, and every ConfigMap and Secret its workloads reference, as they are.

@@ -1,16 +1,13 @@
 """The images phase against two real docker-registry processes, with buildah and skopeo (no network).
 
-The bases are made here: a busybox-static root filesystem committed with buildah and pushed to the source
-registry (with CUDA_VERSION in its config, as NGC's images carry it); the two-platform index is assembled with
-`buildah manifest` from two images whose architecture is only declared, so no foreign binary runs.
+The registry pair and the images on its source are tests.support's `start_registry_pair` (the `registries`
+fixture of tests/phases/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,12 +17,11 @@ from ferry.audit import AuditFolder
 from ferry.errors import PermanentError
 from ferry.images.journal import read_journal
 from ferry.images.oci import Registry
-from ferry.images.reference import Reference
 from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status
-from tests.support import Server, buildah, busybox_image, start_registry
+from tests.support import Registries, start_registry
 
 TRAINER = """\
 # the trainer, as the team wrote it
@@ -34,51 +30,6 @@ ENV APP=trainer
 RUN echo trained > /model
 CMD ["cat", "/model"]
 """
-
-
-@dataclass
-class Registries:
-    source: Server
-    target: Server
-    work: Path
-
-    @property
-    def src(self) -> str:
-        return f"127.0.0.1:{self.source.port}"
-
-    @property
-    def tgt(self) -> str:
-        return f"127.0.0.1:{self.target.port}"
-
-    def client(self, host: str) -> Registry:
-        return Registry(host, insecure=True)
-
-    def digest(self, reference: str) -> str | None:
-        ref = Reference.parse(reference)
-        return self.client(ref.host).digest(ref.repository, ref.ref)
-
-
-@pytest.fixture(scope="module")
-def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registries]:
-    source, target = start_registry(), start_registry()
-    regs = Registries(source, target, tmp_path_factory.mktemp("buildah"))
-    try:
-        work, src = regs.work, regs.src
-        push = ("push", "--tls-verify=false")
-        busybox_image(work, "busy-meta", "amd64", ["CUDA_VERSION=12.4.1"])
-        buildah(work, *push, "busy-meta", f"docker://{src}/base/busy-meta:1")
-        busybox_image(work, "tok-amd64", "amd64", [])
-        busybox_image(work, "tok-arm64", "arm64", [])
-        buildah(work, "manifest", "create", "tok")
-        buildah(work, "manifest", "add", "--arch", "amd64", "tok", "containers-storage:localhost/tok-amd64")
-        buildah(work, "manifest", "add", "--arch", "arm64", "tok", "containers-storage:localhost/tok-arm64")
-        buildah(work, "manifest", "push", "--all", "--tls-verify=false", "tok", f"docker://{src}/ml/tokenizer:1.0")
-        for tag in ("1", "2"):
-            buildah(work, *push, "tok-amd64", f"docker://{src}/ml/eval:{tag}")
-        yield regs
-    finally:
-        source.stop()
-        target.stop()
 
 
 def _plan(tmp: Path, regs: Registries, dockerfiles: dict[str, str], copy: list[str]) -> Path:
