@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 from pathlib import Path
 from typing import Any
 
@@ -117,26 +116,10 @@ def html(
     )
 
 
-def write(
-    audit: AuditFolder,
-    title: str,
-    verdict: Status,
-    results: list[CheckResult],
-    *,
-    latency: dict | None,
-    checkpoint: dict | None,
-    gate: dict[str, float],
-) -> tuple[Path, str]:
-    """Write the page (report.html) and the Markdown (report.md) into the run's golive audit folder; return the
-    page's path and the Markdown."""
-    page = audit.path("golive", "report.html")
-    page.write_text(
-        html(
-            title, verdict, results, latency=latency, checkpoint=checkpoint, gate=gate,
-            generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        ),
-        encoding="utf-8",
-    )  # fmt: skip
-    text = markdown(title, verdict, results, page)
+def write(audit: AuditFolder, title: str, verdict: Status, results: list[CheckResult], page: str) -> tuple[Path, str]:
+    """Write the page (report.html, from html()) and the Markdown (report.md) into the run's golive audit folder,
+    each whole; return the page's path and the Markdown."""
+    path = audit.write_text("golive", "report.html", page)
+    text = markdown(title, verdict, results, path)
     audit.write_text("golive", "report.md", text)
-    return page, text
+    return path, text

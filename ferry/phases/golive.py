@@ -186,13 +186,16 @@ class GolivePhase(Phase):
         results = self.gate(audit)
         verdict = gate_status(results, self.loaded.plan.strict)
         measured = recorded(audit.root / self.name, "latency")
-        page, text = report.write(
-            audit, f"Go-live report: {self.loaded.plan.name}", verdict, results,
+        title = f"Go-live report: {self.loaded.plan.name}"
+        page = report.html(
+            title, verdict, results,
             latency=measured.get("result") or measured.get("jobs_result"),
             checkpoint=recorded(audit.root / self.name, "checkpoint").get("result"),
             gate=self.gate_settings.model_dump(),
+            generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         )  # fmt: skip
-        reporter.markdown("golive-report", text, f"Go-live report ({verdict.value}); the page: {page}")
+        page_path, text = report.write(audit, title, verdict, results, page)
+        reporter.markdown("golive-report", text, f"Go-live report ({verdict.value}); the page: {page_path}")
         return None
 
     # -- the gate -----------------------------------------------------------------------------------
