@@ -308,13 +308,13 @@ def each_pod_template(ctx: Context) -> None:
 
 
 def plan_labels(ctx: Context) -> None:
-    """The plan's label and ferry's managed-by label on every object (another manager's is reported)."""
+    """The plan's label on every object, and ferry's managed-by label where no one claimed the object: another
+    manager's (Helm's, whose `helm upgrade` refuses objects that lost it) stays as written. The plan's label is what
+    ferry finds its objects by."""
     labels = map_at(metadata(ctx.node), "labels")
-    managed = labels.get(MANAGED_BY_LABEL)
-    if managed not in (None, "ferry"):
-        ctx.warn(f"metadata.labels.{MANAGED_BY_LABEL}", f"was {managed!r}; ferry manages the object now")
     labels[PLAN_LABEL] = ctx.rules.plan
-    labels[MANAGED_BY_LABEL] = "ferry"
+    if MANAGED_BY_LABEL not in labels:
+        labels[MANAGED_BY_LABEL] = "ferry"
 
 
 # -- the rules of a pod template, in POD_TEMPLATE_RULES' order (cloud_metadata is one of them too) ----------------
