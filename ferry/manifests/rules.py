@@ -161,6 +161,59 @@ def kustomization(ctx: Context) -> None:
         ctx.leave("", "a kustomization, not a Kubernetes object: left as is and not applied (render with kustomize)")
 
 
+# What the API server writes into an object's metadata: `kubectl get -o yaml` exports it, and an apply that carries
+# it is refused (managedFields) or takes it for a precondition (a stale resourceVersion).
+SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+# Annotations kubectl and the controllers write: the last applied copy (the source's, with its images and
+# namespaces), a rollout's revision, a claim's binding to the source cluster's volume and provisioner.
+SERVER_ANNOTATIONS = (
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deployment.kubernetes.io/revision",
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+    "volume.beta.kubernetes.io/storage-provisioner",
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.kubernetes.io/selected-node",
+)
+
+
+def server_written(ctx: Context) -> None:
+    """What the API server and the source's controllers wrote into an exported object is left out: server-set
+    metadata, their annotations, `status`; in an export (it has a status), a Service's allocated cluster IPs (a
+    headless `None` stays) and a Pod's node; a claim's volume where the binding annotation says the cluster bound it.
+    A person's manifest has none of these, so it is left as written."""
+    if ctx.doc.kind == "List" or not isinstance(ctx.node, dict):
+        return
+    meta = sub_map(ctx.node, "metadata")
+    for key in SERVER_METADATA:
+        meta.pop(key, None)
+    annotations = sub_map(meta, "annotations")
+    bound = "pv.kubernetes.io/bind-completed" in annotations
+    written = [key for key in SERVER_ANNOTATIONS if key in annotations]
+    for key in written:
+        del annotations[key]
+    if written and not annotations:  # emptied here: an `annotations: {}` as written stays
+        del meta["annotations"]
+    exported = ctx.node.pop("status", None) is not None
+    spec = sub_map(ctx.node, "spec")
+    if exported and ctx.doc.kind == "Service" and spec.get("clusterIP") != "None":
+        spec.pop("clusterIP", None)
+        spec.pop("clusterIPs", None)
+    if exported and ctx.doc.kind == "Pod":
+        spec.pop("nodeName", None)
+    if bound and ctx.doc.kind == "PersistentVolumeClaim":
+        spec.pop("volumeName", None)
+
+
 def service_addresses(ctx: Context) -> None:
     """Strings naming a service of an old namespace by DNS name (in.<ns>.svc, ://host.<ns>/...), by path only:
     the value may be a Secret's."""
@@ -404,6 +457,7 @@ POD_TEMPLATE_RULES: tuple[Rule, ...] = (
 # uncovered_kind reports a kind no rule covers, which the rules after it skip (plan_labels aside).
 RULES: tuple[Rule, ...] = (
     kustomization,
+    server_written,
     service_addresses,
     namespaces,
     v1_list,

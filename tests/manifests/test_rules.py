@@ -159,6 +159,10 @@ FINDINGS = {
 }
 
 
+# What the source's controllers wrote into an example exported from its cluster: left out.
+SERVER_WRITTEN = {
+    ("k8s/training/deployment-sidecar.yaml", 0): {'metadata.annotations["deployment.kubernetes.io/revision"]'},
+}
 # Objects another manager claims (Helm's `managed-by: Helm`): ferry adds its plan label only; theirs stays as written,
 # or `helm upgrade` on the target refuses the release's own objects ("invalid ownership metadata").
 CLAIMED = {("rendered/chart.yaml", 0): "Helm", ("rendered/chart.yaml", 1): "Helm"}
@@ -182,7 +186,7 @@ def test_each_path_changes_as_the_rules_say_and_no_other(case: tuple[str, int], 
     removed = {path for path in old if path not in new and old[path] not in ({}, None)}
     labels = {k: v for k, v in LABELS.items() if "managed-by" not in k} if case in CLAIMED else LABELS
     assert changed == {**labels, **CASES[case]}
-    assert removed == set()
+    assert removed == SERVER_WRITTEN.get(case, set())
     if case in CLAIMED:
         assert new['metadata.labels["app.kubernetes.io/managed-by"]'] == CLAIMED[case]
     # Types are kept: a string stays a string, a number a number.
@@ -243,6 +247,103 @@ spec:
     assert [c["image"] for c in rendering.documents[0].plain()["spec"]["containers"]] == [f"{META}worker:1.0"] * 2
     # The merge stays a merge: b gets no image of its own.
     assert rendering.files[0].text().endswith("  - <<: *base\n    name: b\n")
+
+
+EXPORTED = """\
+apiVersion: v1
+kind: Service
+metadata:
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: |
+      {"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"ml-train"}}
+  creationTimestamp: "2026-11-30T10:00:00Z"
+  name: api
+  namespace: ml-train
+  resourceVersion: "48121"
+  uid: 0b7a4c7e-8f1d-4c55-9d7e-3f7d2b1c9a10
+spec:
+  clusterIP: 10.100.12.7
+  clusterIPs:
+  - 10.100.12.7
+  ports:
+  - port: 80
+    targetPort: 8080
+  selector:
+    app: api
+status:
+  loadBalancer: {}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: workers
+  namespace: ml-train
+spec:
+  clusterIP: None
+  selector:
+    app: workers
+status:
+  loadBalancer: {}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  annotations:
+    pv.kubernetes.io/bind-completed: "yes"
+    pv.kubernetes.io/bound-by-controller: "yes"
+    volume.kubernetes.io/storage-provisioner: ebs.csi.aws.com
+  managedFields:
+  - manager: kube-controller-manager
+    operation: Update
+  name: data
+  namespace: ml-train
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 100Gi}}
+  volumeName: pvc-2f0c1d9e
+status:
+  phase: Bound
+"""
+WRITTEN = """\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: static
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+  volumeName: shared-nfs
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: fixed
+spec:
+  clusterIP: 10.0.0.10
+  ports:
+  - port: 53
+"""
+
+
+def test_what_the_server_wrote_into_an_export_is_left_out(tmp_path: Path) -> None:
+    (tmp_path / "export.yaml").write_text(EXPORTED, encoding="utf-8")
+    rendering = transform(load_sources([tmp_path / "export.yaml"]), Rules(plan="p"))
+    api, workers, claim = (d.plain() for d in rendering.documents)
+    assert api["metadata"] == {"name": "api", "namespace": "ml-train", "labels": api["metadata"]["labels"]}
+    assert "status" not in api and "clusterIP" not in api["spec"] and "clusterIPs" not in api["spec"]
+    assert api["spec"]["ports"] == [{"port": 80, "targetPort": 8080}]
+    assert workers["spec"]["clusterIP"] == "None", "a headless Service stays headless"
+    assert "volumeName" not in claim["spec"] and "annotations" not in claim["metadata"]
+    assert "managedFields" not in claim["metadata"] and "status" not in claim
+    assert rendering.findings == [], "an export's server fields are not the user's to fix"
+
+
+def test_a_manifest_a_person_wrote_keeps_its_pinned_volume_and_cluster_ip(tmp_path: Path) -> None:
+    (tmp_path / "written.yaml").write_text(WRITTEN, encoding="utf-8")
+    rendering = transform(load_sources([tmp_path / "written.yaml"]), Rules(plan="p"))
+    claim, service = (d.plain() for d in rendering.documents)
+    assert claim["spec"]["volumeName"] == "shared-nfs"
+    assert service["spec"]["clusterIP"] == "10.0.0.10"
 
 
 def test_template_paths_add_to_the_built_ins_and_lists_are_reported(tmp_path: Path) -> None:
