@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import threading
 import time
 
@@ -86,11 +87,16 @@ def take_snapshot(cluster: ClusterApi, objects: list[dict], rules: Rules) -> tup
     return snapshot, secrets
 
 
+# How the API server refuses a change to a Job's pod template (`spec.template: Invalid value: ...: field is
+# immutable`); any other 422 (a value the schema refuses, a webhook) is the apply's own failure.
+_TEMPLATE_IMMUTABLE = re.compile(r"\bspec\.template: .*field is immutable", re.S)
+
+
 def apply_in_waves(
     cluster: ClusterApi, objects: list[dict], snapshot: dict[str, dict], journal: Journal, stopping: threading.Event
 ) -> int:
     """Apply objects (in wave order) one by one, journaling each before it is changed; a Job whose pod template
-    changed (the API server refuses the apply: immutable) is replaced. The number applied."""
+    changed (the API server refuses the apply, saying the template is immutable) is replaced. The number applied."""
 
     def record(key: str, kind: str, action: str) -> None:
         journal.add({"key": key, "wave": wave_of(kind), "action": action})
@@ -102,7 +108,7 @@ def apply_in_waves(
         try:
             cluster.apply(obj)
         except PermanentError as exc:
-            if obj["kind"] != "Job" or exc.code != "422":
+            if obj["kind"] != "Job" or exc.code != "422" or not _TEMPLATE_IMMUTABLE.search(str(exc)):
                 raise
             action = "replaced"
             record(key, obj["kind"], action)
