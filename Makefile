@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Every version .venv installs, pinned: a fresh machine gets what the suite last passed with.
 LOCK := constraints.txt
 
-.PHONY: demo test bench lint lock servers clean
+.PHONY: demo test bench lint lock servers controlplane clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +32,16 @@ node_modules/.bin/azurite-blob: package.json
 
 servers: node_modules/.bin/azurite-blob
 
+# The test control plane (etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok) built from the Go
+# sources tests/controlplane/sources.toml pins, once per version, into ~/.cache/ferry/controlplane.
+controlplane: $(STAMP)
+	$(PY) -m tests.controlplane.build
+
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
 # Workers as the machine has cores (at most 4), each with its own servers; a file's tests stay on one worker.
-test: $(STAMP) servers
+test: $(STAMP) servers controlplane
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: $(STAMP) servers

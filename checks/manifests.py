@@ -107,6 +107,16 @@ def check_manifests_warnings(rendering: Rendering, max_warnings: int | None) -> 
     return CheckResult("manifests.warnings", status, {"warnings": len(findings)}, threshold, findings)
 
 
+def check_manifests_applied(notes: list[str] | None, took: list[str], skipped: str = "") -> CheckResult:
+    """The cluster took every object as rendered; WARN with what it kept instead (a field the control plane owns, a
+    claim's fixed spec) and what the API server warned of; the fields taken from other managers are listed either
+    way. SKIP when nothing was applied."""
+    if notes is None:
+        return CheckResult("manifests.applied", Status.SKIP, {}, evidence=[skipped])
+    measured = {"notes": len(notes), "taken": len(took)}
+    return CheckResult("manifests.applied", Status.WARN if notes else Status.PASS, measured, {}, notes + took)
+
+
 def check_manifests_rollout(
     waiting: list[str] | None, objects: int, timeout_s: float, skipped: str = ""
 ) -> CheckResult:

@@ -1,5 +1,5 @@
-"""Session-wide real servers (moto S3, Azurite, a registry, a Prefect server), each started once on first use
-and stopped by PID."""
+"""Session-wide real servers (moto S3, Azurite, a registry, a Prefect server, a Kubernetes control plane), each
+started once on first use and stopped by PID."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.controlplane.cluster import ControlPlane
 from tests.support import Server, start_azurite, start_moto, start_registry
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -39,6 +40,22 @@ def registry_server() -> Iterator[Server]:
     server = start_registry()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver (TLS, client certificates, RBAC), controller-manager, scheduler and kwok's GPU nodes."""
+    with ControlPlane() as plane:
+        print(f"\ncontrol plane up in {plane.started_s:.1f} s at {plane.url}", file=sys.stderr)
+        yield plane
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
+    """A namespace of the test's own on the control plane, deleted after it."""
+    name = control_plane.namespace()
+    yield name
+    control_plane.delete_namespace(name)
 
 
 @pytest.fixture

@@ -397,7 +397,6 @@ def test_images_rollback_deletes_only_the_tags_the_run_pushed(tmp_path) -> None:
 
 # -- the manifests phase's rollback: objects without the plan's label, and other namespaces, survive ----------
 
-NS = "blast-ns"
 MANIFESTS = """\
 apiVersion: v1
 kind: ServiceAccount
@@ -421,75 +420,96 @@ spec:
       containers:
       - {name: trainer, image: "registry.meta.example/ai-training/trainer:2024.06"}
 """
+_KINDS = (("v1", "ConfigMap"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"))
 
 
-def _cluster_before(emulator) -> None:
+def _cluster_before(plane, ns: str, other: str) -> None:
     """The namespace with the plan's older ConfigMap and objects ferry never applied; another namespace with
     objects of the same names, one of them even carrying this plan's label."""
 
-    def obj(api: str, kind: str, name: str, ns: str | None, labels: dict | None = None, **body) -> dict:
-        meta = {"name": name, **({"namespace": ns} if ns else {}), **({"labels": labels} if labels else {})}
+    def obj(api: str, kind: str, name: str, namespace: str | None, labels: dict | None = None, **body) -> dict:
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        meta.update({"labels": labels} if labels else {})
         return {"apiVersion": api, "kind": kind, "metadata": meta, **body}
 
-    deployment = {"selector": {}, "template": {"spec": {"containers": [{"name": "x", "image": "x:1"}]}}}
+    deployment = {
+        "selector": {"matchLabels": {"app": "x"}},
+        "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "x", "image": "x:1"}]}},
+    }
     for seeded in (
-        obj("v1", "Namespace", NS, None),
-        obj("v1", "Namespace", "other-ns", None),
-        obj("v1", "ConfigMap", "trainer-config", NS, data={"EPOCHS": "5"}),
-        obj("v1", "ConfigMap", "theirs", NS, data={"K": "v"}),
-        obj("apps/v1", "Deployment", "someone-elses", NS, spec=deployment),
-        obj("v1", "ConfigMap", "other-plan", NS, {"ferry.io/plan": "other-plan"}, data={"K": "v"}),
-        obj("v1", "ConfigMap", "trainer-config", "other-ns", data={"EPOCHS": "1"}),
-        obj("apps/v1", "Deployment", "trainer", "other-ns", spec=deployment),
-        obj("v1", "ServiceAccount", "trainer", "other-ns"),
-        obj("v1", "ConfigMap", "labelled", "other-ns", {"ferry.io/plan": "manifests-blast"}, data={"K": "v"}),
+        obj("v1", "Namespace", ns, None),
+        obj("v1", "Namespace", other, None),
+        obj("v1", "ConfigMap", "trainer-config", ns, data={"EPOCHS": "5"}),
+        obj("v1", "ConfigMap", "theirs", ns, data={"K": "v"}),
+        obj("apps/v1", "Deployment", "someone-elses", ns, spec=deployment),
+        obj("v1", "ConfigMap", "other-plan", ns, {"ferry.io/plan": "other-plan"}, data={"K": "v"}),
+        obj("v1", "ConfigMap", "trainer-config", other, data={"EPOCHS": "1"}),
+        obj("apps/v1", "Deployment", "trainer", other, spec=deployment),
+        obj("v1", "ServiceAccount", "trainer", other),
+        obj("v1", "ConfigMap", "labelled", other, {"ferry.io/plan": "manifests-blast"}, data={"K": "v"}),
     ):
-        emulator.seed(seeded)
+        plane.seed(seeded)
+    for namespace in (ns, other):
+        plane.wait(f"default ServiceAccount of {namespace}", lambda n=namespace: plane.get("v1", "ServiceAccount",
+                                                                                           "default", n))  # fmt: skip
 
 
-def _key(o: dict) -> str:
-    return f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+def _objects(plane, namespaces: tuple[str, ...]) -> dict[str, dict]:
+    """What people made in the namespaces (not what the cluster made in each), by Kind/namespace/name."""
+    found = {f"Namespace//{n}": plane.get("v1", "Namespace", n) for n in namespaces if plane.get("v1", "Namespace", n)}
+    for namespace in namespaces:
+        for api_version, kind in _KINDS:
+            for item in plane.resource(api_version, kind).get(namespace=namespace).to_dict()["items"]:
+                if item["metadata"]["name"] not in ("kube-root-ca.crt", "default"):
+                    found[f"{kind}/{namespace}/{item['metadata']['name']}"] = {**item, "kind": kind}
+    return found
 
 
-def test_manifests_rollback_touches_only_what_the_run_applied(tmp_path) -> None:
+def _written_by_ferry(obj: dict) -> bool:
+    return any(entry["manager"] == "ferry" for entry in obj["metadata"].get("managedFields") or [])
+
+
+def test_manifests_rollback_touches_only_what_the_run_applied(control_plane, tmp_path) -> None:
+    import uuid
+
     from ferry.manifests.apply import restorable
-    from tests.kube_emulator import KubeEmulator
-    from tests.phases.test_manifests_phase import _ready
 
-    with KubeEmulator() as emulator:
-        _ready(emulator)
-        _cluster_before(emulator)
-        before = {_key(o): o for o in emulator.objects()}
+    ns, other = f"blast-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    try:
+        _cluster_before(control_plane, ns, other)
+        before = _objects(control_plane, (ns, other))
         (tmp_path / "k8s").mkdir()
         (tmp_path / "k8s" / "app.yaml").write_text(MANIFESTS)
-        emulator.write_kubeconfig(tmp_path / "kubeconfig", context="blast")
+        control_plane.kubeconfig(tmp_path / "kubeconfig", context="blast")
         plan = tmp_path / "migration.yaml"
         plan.write_text(
             "name: manifests-blast\nsource: {storage: ./src}\n"
-            "target: {storage: ./dst, profile: meta-compute, kubernetes_version: '1.30',\n"
-            f"  cluster: {{context: blast, namespace: {NS}, kubeconfig: kubeconfig}}}}\n"
-            f"phases:\n  manifests: {{sources: [k8s/], namespaces: {{ml-train: {NS}}}}}\n"
-            "gates:\n  manifests: {rollout_timeout_s: 5}\n"
+            "target: {storage: ./dst, profile: meta-compute,\n"
+            f"  cluster: {{context: blast, namespace: {ns}, kubeconfig: kubeconfig}}}}\n"
+            f"phases:\n  manifests: {{sources: [k8s/], namespaces: {{ml-train: {ns}}}}}\n"
+            "gates:\n  manifests: {rollout_timeout_s: 60}\n"
         )
         phase = open_phase(load_plan(plan), "manifests")
         audit = AuditFolder(tmp_path / ".ferry" / "runs" / "r1")
         for step in phase.steps():
             phase.run(step, audit, Reporter())
-        named = {f"ServiceAccount/{NS}/trainer", f"ConfigMap/{NS}/trainer-config", f"Deployment/{NS}/trainer"}
-        applied = {_key(o): o for o in emulator.objects()}
-        assert named <= set(applied) and applied[f"ConfigMap/{NS}/trainer-config"]["data"] == {"EPOCHS": "10"}
-        # Applying touched nothing the plan does not name.
-        assert {k: v for k, v in applied.items() if k not in named} == {
-            k: v for k, v in before.items() if k not in named
-        }
+        named = {f"ServiceAccount/{ns}/trainer", f"ConfigMap/{ns}/trainer-config", f"Deployment/{ns}/trainer"}
+        applied = _objects(control_plane, (ns, other))
+        assert named <= set(applied) and applied[f"ConfigMap/{ns}/trainer-config"]["data"] == {"EPOCHS": "10"}
+        # Applying wrote to nothing the plan does not name.
+        assert not [k for k, v in applied.items() if k not in named and _written_by_ferry(v)]
 
         phase.rollback(audit)
-        after = {_key(o): o for o in emulator.objects()}
+        after = _objects(control_plane, (ns, other))
         # What it created is gone, what it changed is as it was, and everything else was never written to.
         assert set(after) == set(before)
-        assert {k: restorable(v) for k, v in after.items()} == {k: restorable(v) for k, v in before.items()}
-        untouched = set(before) - named
-        assert {k: after[k] for k in untouched} == {k: before[k] for k in untouched}
+        assert {k: restorable(v) for k, v in after.items() if k.startswith(("ConfigMap", "Namespace"))} == {
+            k: restorable(v) for k, v in before.items() if k.startswith(("ConfigMap", "Namespace"))
+        }
+        assert not [k for k, v in after.items() if k not in named and _written_by_ferry(v)]
+    finally:
+        for namespace in (ns, other):
+            control_plane.delete_namespace(namespace)
 
 
 # -- the go-live checkpoint: written under its own prefix, and only that is cleaned up -----------------------

@@ -1,5 +1,6 @@
 """Autoscaling under a spike: raise a Deployment (or its HPA's floor) to N replicas, time until N are Ready, and
-restore what was there in a `finally`.
+restore what was there in a `finally`. Its writes are ferry's own (field manager `ferry`): the manifests phase's
+drift check does not take a spike for a person's change.
 
 With an HPA named, its minReplicas (and maxReplicas, if lower) is raised so that the autoscaler itself scales
 the Deployment, as a load spike would make it; otherwise the Deployment's replicas are set directly. The original
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
-from ferry.kube import translated
+from ferry.kube import FIELD_MANAGER, translated
 
 # In a run's golive audit folder: the snapshot taken before the spike (journalled first), and that it was put back.
 ORIGINAL, RESTORED = "autoscaling-original.json", "autoscaling-restored.json"
@@ -64,11 +65,15 @@ def _restore(client: Any, api: Any, original: dict[str, Any], namespace: str, do
     if original.get("hpa"):
         hpa = original["hpa"]
         body = {"spec": {"minReplicas": hpa["minReplicas"], "maxReplicas": hpa["maxReplicas"]}}
-        client.AutoscalingV2Api(api).patch_namespaced_horizontal_pod_autoscaler(hpa["name"], namespace, body)
+        client.AutoscalingV2Api(api).patch_namespaced_horizontal_pod_autoscaler(
+            hpa["name"], namespace, body, field_manager=FIELD_MANAGER
+        )
         done.append(f"HPA {hpa['name']} back to min {hpa['minReplicas']}, max {hpa['maxReplicas']}")
     else:
         body = {"spec": {"replicas": original["replicas"]}}
-        client.AppsV1Api(api).patch_namespaced_deployment(original["deployment"], namespace, body)
+        client.AppsV1Api(api).patch_namespaced_deployment(
+            original["deployment"], namespace, body, field_manager=FIELD_MANAGER
+        )
         done.append(f"Deployment {original['deployment']} back to {original['replicas']} replica(s)")
 
 
@@ -110,10 +115,12 @@ def _raise_and_wait(
     if original.get("hpa"):
         hpa = original["hpa"]
         body = {"spec": {"minReplicas": replicas, "maxReplicas": max(replicas, hpa["maxReplicas"])}}
-        client.AutoscalingV2Api(api).patch_namespaced_horizontal_pod_autoscaler(hpa["name"], namespace, body)
+        client.AutoscalingV2Api(api).patch_namespaced_horizontal_pod_autoscaler(
+            hpa["name"], namespace, body, field_manager=FIELD_MANAGER
+        )
         result.evidence.append(f"raised HPA {hpa['name']} minReplicas {hpa['minReplicas']} -> {replicas}")
     else:
-        apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": replicas}})
+        apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER)
         result.evidence.append(f"scaled Deployment {name} {original['replicas']} -> {replicas}")
     while True:
         status = apps.read_namespaced_deployment(name, namespace).status

@@ -8,13 +8,14 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 
 import structlog
 
-from ferry.errors import PermanentError
+from ferry.errors import NotFoundError, PermanentError
 from ferry.files import Journal
 from ferry.interrupts import failpoint
-from ferry.kube import ClusterApi
+from ferry.kube import CONTROL_PLANE_MANAGERS, FIELD_MANAGER, ClusterApi, NotServed
 from ferry.manifests.model import MANAGED_BY_LABEL, PLAN_LABEL, Rules
 from ferry.manifests.rollout import WAVES, readiness, references, wave_of
 
@@ -57,8 +58,19 @@ def to_apply(cluster: ClusterApi, objects: list[dict], bindings: list[dict], pla
         labels = binding.setdefault("metadata", {}).setdefault("labels", {})
         labels.update({PLAN_LABEL: plan, MANAGED_BY_LABEL: "ferry"})
         found.append(binding)
+    # A custom resource's scope, where its definition comes with it (the cluster does not serve it yet).
+    scopes = {
+        (crd_group, names["kind"]): (o.get("spec") or {}).get("scope") == "Namespaced"
+        for o in found
+        if o["kind"] == "CustomResourceDefinition"
+        for crd_group, names in [((o.get("spec") or {}).get("group"), (o.get("spec") or {}).get("names") or {})]
+    }
     for obj in found:
-        if cluster.namespaced(obj["apiVersion"], obj["kind"]):
+        group = obj["apiVersion"].rpartition("/")[0]
+        namespaced = scopes.get((group, obj["kind"]))
+        if namespaced is None:
+            namespaced = cluster.namespaced(obj["apiVersion"], obj["kind"])
+        if namespaced:
             obj["metadata"].setdefault("namespace", namespace)
     return sorted(found, key=lambda o: WAVES.index(wave_of(o["kind"])))
 
@@ -92,31 +104,105 @@ def take_snapshot(cluster: ClusterApi, objects: list[dict], rules: Rules) -> tup
 _TEMPLATE_IMMUTABLE = re.compile(r"\bspec\.template: .*field is immutable", re.S)
 
 
+# A claim's spec is immutable once created but for its size: these the rendering may not change on a live claim.
+_CLAIM_FIXED = ("storageClassName", "accessModes", "volumeMode", "volumeName", "selector", "dataSource",
+                "dataSourceRef")  # fmt: skip
+
+
+def keep_fixed(objects: list[dict], snapshot: dict[str, dict]) -> tuple[list[dict], list[str]]:
+    """The objects with what a live claim (in the snapshot) has for the fields that cannot change (the API server
+    refuses it), and a note for each: a claim is never recreated (its volume holds data)."""
+    kept, notes = [], []
+    for obj in objects:
+        live = snapshot[key_of(obj)].get("object")
+        if obj["kind"] == "PersistentVolumeClaim" and live is not None:
+            obj = copy.deepcopy(obj)
+            spec, now = obj.setdefault("spec", {}), live.get("spec") or {}
+            for name in _CLAIM_FIXED:
+                if name in spec and name in now and spec[name] != now[name]:
+                    notes.append(
+                        f"kept {shown(key_of(obj))} {name} {now[name]!r} (the rendering has {spec[name]!r}): a "
+                        "claim's spec cannot change once created; move its data to a new claim to change it"
+                    )
+                    spec[name] = now[name]
+        kept.append(obj)
+    return kept, notes
+
+
+# How long a rollout waits for a namespace of its own that is being deleted (Terminating) to go first, and for a
+# CustomResourceDefinition it applied to be served before its custom resources.
+TERMINATING_WAIT_S = 120.0
+ESTABLISHED_WAIT_S = 60.0
+
+
+def _not_terminating(cluster: ClusterApi, name: str) -> None:
+    """A namespace being deleted refuses new objects: wait for it to go (then the rollout creates it again), and
+    say what holds it when it does not."""
+    live = cluster.get("v1", "Namespace", name, None)
+    if live is not None and (live.get("metadata") or {}).get("deletionTimestamp"):
+        log.info("waiting for a terminating namespace", namespace=name)
+        cluster.gone("v1", "Namespace", name, None, TERMINATING_WAIT_S, f"namespace {name} is Terminating")
+
+
+def dry_run(cluster: ClusterApi, objects: list[dict]) -> None:
+    """Every object the API server can check now admitted and validated by it (dryRun=All) before the first one is
+    changed: a refusal stops the rollout with nothing applied. What it cannot check yet (in a namespace, or of a
+    custom resource's kind, the rollout creates first) and a Job it refuses for a changed pod template (the apply
+    replaces it) pass on to the apply. A namespace of the rollout that is being deleted is waited for first."""
+    for obj in objects:
+        if obj["kind"] == "Namespace":
+            _not_terminating(cluster, obj["metadata"]["name"])
+    for obj in objects:
+        try:
+            cluster.apply(obj, dry_run=True)
+        except NotFoundError:
+            continue  # its namespace comes in an earlier wave
+        except NotServed:
+            continue  # its CustomResourceDefinition comes in an earlier wave
+        except PermanentError as exc:
+            if not _job_replaced(obj, exc):
+                raise
+
+
+def _job_replaced(obj: dict, exc: PermanentError) -> bool:
+    return obj["kind"] == "Job" and exc.code == "422" and bool(_TEMPLATE_IMMUTABLE.search(str(exc)))
+
+
 def apply_in_waves(
     cluster: ClusterApi, objects: list[dict], snapshot: dict[str, dict], journal: Journal, stopping: threading.Event
-) -> int:
+) -> tuple[int, list[str], list[str]]:
     """Apply objects (in wave order) one by one, journaling each before it is changed; a Job whose pod template
-    changed (the API server refuses the apply, saying the template is immutable) is replaced. The number applied."""
+    changed (the API server refuses the apply, saying the template is immutable) is replaced, a field the control
+    plane owns is left to it. The number applied, notes on what
+    the cluster kept (with the API's own warnings), and the fields taken from other managers."""
 
     def record(key: str, kind: str, action: str) -> None:
         journal.add({"key": key, "wave": wave_of(kind), "action": action})
 
+    notes: list[str] = []
+    took: list[str] = []
     for obj in objects:
         key, meta = key_of(obj), obj["metadata"]
         action = "updated" if snapshot[key]["existed"] else "created"
         record(key, obj["kind"], action)
         try:
-            cluster.apply(obj)
+            _, left, taken = cluster.apply(obj)
         except PermanentError as exc:
-            if obj["kind"] != "Job" or exc.code != "422" or not _TEMPLATE_IMMUTABLE.search(str(exc)):
+            if not _job_replaced(obj, exc):
                 raise
-            action = "replaced"
+            action, left, taken = "replaced", [], []
             record(key, obj["kind"], action)
             cluster.delete(obj["apiVersion"], "Job", meta["name"], meta.get("namespace"))
             cluster.create(obj)
-        log.info("applied", object=key, action=action)
+        notes += [f"left {c} of {shown(key)} as it is: ferry takes no field the control plane owns" for c in left]
+        took += [f"took {c.field} of {shown(key)} from {c.manager}, as the manifest says" for c in taken]
+        conflicts = {"left": [str(c) for c in left], "taken": [str(c) for c in taken]}
+        log.info("applied", object=key, action=action, **{k: v for k, v in conflicts.items() if v})
+        if obj["kind"] == "CustomResourceDefinition":
+            cluster.established(meta["name"], ESTABLISHED_WAIT_S)
         failpoint("manifests:mid-wave", stopping)
-    return len(objects)
+    warned = [f"the API server warned: {warning}" for warning in cluster.warnings]
+    return len(objects), notes + warned, took
 
 
 def wait_ready(cluster: ClusterApi, objects: list[dict], timeout_s: float, stopping: threading.Event) -> list[str]:
@@ -154,11 +240,24 @@ def changed_since(snapshot: dict[str, dict], secrets: dict[str, dict], left: dic
     return [key for key, now in left.items() if now != before(key)]
 
 
-def fingerprints(cluster: ClusterApi, objects: list[dict]) -> dict[str, str | None]:
-    """The fingerprint of each object as the cluster has it now, by key (None: not there)."""
+def foreign_owners(obj: dict) -> str:
+    """A digest of the object's managed fields that neither ferry nor the control plane owns, with when each
+    manager last changed them: it changes when a person (kubectl edit, apply, patch) or another tool changes it."""
+    entries = [
+        [entry.get(k) for k in ("manager", "operation", "subresource", "time", "fieldsV1")]
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+        if entry.get("manager") not in CONTROL_PLANE_MANAGERS | {FIELD_MANAGER}
+    ]
+    return hashlib.sha256(json.dumps(sorted(entries, key=json.dumps), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprints(
+    cluster: ClusterApi, objects: list[dict], of: Callable[[dict], str] = fingerprint
+) -> dict[str, str | None]:
+    """of (the fingerprint, or foreign_owners) each object as the cluster has it now, by key (None: not there)."""
     live = {}
     for obj in objects:
         meta = obj["metadata"]
         found = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        live[key_of(obj)] = fingerprint(found) if found else None
+        live[key_of(obj)] = of(found) if found else None
     return live

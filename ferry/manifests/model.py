@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+from pydantic import BaseModel, ConfigDict
 from ruamel.yaml.error import YAMLError
 
 from ferry.digest_map import ImageRecord
@@ -41,6 +43,36 @@ BUILTIN_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
+class ExportRule(BaseModel):
+    """What a cluster makes by itself and an export carries beside what people wrote: objects it matches are left
+    out of the rendering, listed in the report with why. An object matches when every condition given holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Shown in the report; {owner} is the Kind/name of the controller that owns the object.
+    why: str
+    # Kind, or group/Kind ("events.k8s.io/Event"); none: any kind.
+    kinds: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    # Only objects a controller owns (an ownerReference with controller: true).
+    owned: bool = False
+    # Labels and annotations the object carries, with that value ("*": any value).
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    # Dotted paths and their value ("*": any value), such as type: kubernetes.io/service-account-token.
+    fields: dict[str, str] = {}
+    # Dotted paths: an object that has any of them is kept (a person set it).
+    unless: tuple[str, ...] = ()
+
+
+# The default export rules (ferry's own data file); a plan adds its own (phases.manifests.leave_out).
+EXPORT_RULES_FILE = Path(__file__).with_name("export_rules.yaml")
+
+
+def default_export_rules() -> tuple[ExportRule, ...]:
+    return tuple(ExportRule(**rule) for rule in yaml.safe_load(EXPORT_RULES_FILE.read_text(encoding="utf-8")))
+
+
 @dataclass(frozen=True)
 class Rules:
     """What the transforms do: from the plan's manifests settings, the target profile and the digest map."""
@@ -57,6 +89,8 @@ class Rules:
     namespaces: dict[str, str] = field(default_factory=dict)
     # Beyond the built-ins, by kind: dotted paths, `*` any map key, `[]` every list item.
     template_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # What is left out of the rendering, as made by the source cluster.
+    export_rules: tuple[ExportRule, ...] = field(default_factory=default_export_rules)
 
     def paths_for(self, api_version: str, kind: str) -> tuple[str, ...] | None:
         """Where the kind's pod templates live (the built-in paths, then the plan's), or None for a kind no rule
@@ -93,6 +127,12 @@ class Document:
     index: int
     data: Any
     original: str = ""
+    # An item of a List document (`kubectl get -o yaml` output): its place in the List's items.
+    item: int | None = None
+    # The objects of a List document, each a Document of its own (their data are the List's own items).
+    items: list[Document] | None = None
+    # Why the document is left out of the rendering (a Pod its ReplicaSet made): not written, not applied.
+    left_out: str | None = None
 
     @property
     def is_object(self) -> bool:
@@ -104,10 +144,14 @@ class Document:
         return self.api_version.startswith("kustomize.config.k8s.io/")
 
     @property
+    def is_list(self) -> bool:
+        """A List of objects (`kind: List`, or a typed one such as `DeploymentList`, with `items`)."""
+        return self.kind.endswith("List") and isinstance(self.data.get("items"), list)
+
+    @property
     def applicable(self) -> bool:
-        """Whether server-side apply can take it: an object with a name, not a v1 List nor a kustomization."""
-        is_list = self.kind == "List" and self.api_version == "v1"
-        return self.is_object and not is_list and not self.is_kustomize and bool(self.name)
+        """Whether server-side apply can take it: an object with a name, not a List nor a kustomization."""
+        return self.is_object and not self.is_list and not self.is_kustomize and bool(self.name)
 
     @property
     def kind(self) -> str:
@@ -135,7 +179,12 @@ class Document:
 
     @property
     def where(self) -> str:
-        return f"{self.file.name}#{self.index}"
+        return f"{self.file.name}#{self.index}" + (f".items[{self.item}]" if self.item is not None else "")
+
+    def objects(self) -> list[Document]:
+        """What the document holds: itself, or a List's items; those left out aside."""
+        found = self.items if self.items is not None else [self]
+        return [doc for doc in found if doc.left_out is None]
 
     def plain(self) -> Any:
         """The document as plain JSON-compatible Python (dicts, lists, str, int, float, bool, None)."""
@@ -161,10 +210,14 @@ class SourceFile:
     bom: bool = False
     newline: str = "\n"
 
+    def written(self) -> list[Document]:
+        """The documents the rendered file holds: those not left out (a List's left-out items leave its items)."""
+        return [d for d in self.documents if d.data is not None and d.left_out is None]
+
     def text(self) -> str:
         """The file's documents as YAML, in input order: the text as read with only the lines the transforms changed
         rewritten (ruamel.yaml's writing of the whole file where a change has no place in it)."""
-        rendered = dump([d.data for d in self.documents if d.data is not None], self.indent, self.explicit_start)
+        rendered = dump([d.data for d in self.written()], self.indent, self.explicit_start)
         if rendered == self.baseline:
             return self.raw
         spliced = splice(self.raw, self.baseline, rendered)
@@ -189,7 +242,14 @@ class Rendering:
 
     @property
     def documents(self) -> list[Document]:
-        return [d for f in self.files for d in f.documents if d.data is not None]
+        """Every object rendered: a List's items one by one, what is left out aside."""
+        return [o for f in self.files for d in f.documents if d.data is not None for o in d.objects()]
+
+    @property
+    def left_out(self) -> list[Document]:
+        """What the rendering leaves out (each with why): what the source cluster made by itself."""
+        found = [o for f in self.files for d in f.documents if d.data is not None for o in (d.items or [d])]
+        return [doc for doc in found if doc.left_out is not None]
 
     def write(self, out_dir: Path) -> list[Path]:
         """Each file's rendering at its path relative to its sources entry under out_dir; the paths written."""
@@ -235,6 +295,12 @@ class Rendering:
             f"## Not carried over ({len(self.findings)})",
             *(f"- {finding}" for finding in self.findings),
         ]
+        if self.left_out:
+            lines += [
+                "",
+                f"## Left out: made by the source cluster ({len(self.left_out)})",
+                *(f"- {doc.where} {doc.label} ({doc.left_out})" for doc in self.left_out),
+            ]
         return "\n".join(lines) + "\n"
 
     def diff(self) -> str:

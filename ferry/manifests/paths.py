@@ -112,3 +112,29 @@ def is_gpu_workload(template: dict, gpu_resource: str) -> bool:
     return any(
         gpu_resource in requested(c) for path, c in containers(template) if not path.startswith("spec.ephemeral")
     )
+
+
+# What the API server writes into a Job it made the selector of: the selector itself, and labels naming the Job
+# and its uid on the Job and its pod template. Another cluster (or the same one, on the Job made again) refuses
+# them: the uid is not the new Job's.
+_JOB_GENERATED_LABELS = (
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "job-name",
+    "batch.kubernetes.io/job-name",
+)
+
+
+def drop_generated_job_fields(job: Any) -> bool:
+    """Remove, in place, what the API server generated in a Job (unless it says manualSelector); whether any was."""
+    spec = sub_map(job, "spec")
+    if spec.get("manualSelector"):
+        return False
+    found = spec.pop("selector", None) is not None
+    for meta in (sub_map(job, "metadata"), sub_map(sub_map(spec, "template"), "metadata")):
+        labels = sub_map(meta, "labels")
+        for label in _JOB_GENERATED_LABELS:
+            found = labels.pop(label, None) is not None or found
+        if "labels" in meta and not labels:
+            del meta["labels"]
+    return found

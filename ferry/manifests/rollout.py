@@ -20,6 +20,9 @@ _WAVE_OF = {
     "ClusterRoleBinding": "rbac",
     "ConfigMap": "config",
     "Secret": "config",
+    # A namespace's limits are in place before anything they limit.
+    "ResourceQuota": "config",
+    "LimitRange": "config",
     "PersistentVolumeClaim": "storage",
     "PersistentVolume": "storage",
     "StorageClass": "storage",

@@ -15,6 +15,7 @@ from ferry.manifests.model import (
     MANAGED_BY_LABEL,
     PLAN_LABEL,
     Document,
+    ExportRule,
     Finding,
     Rendering,
     Rules,
@@ -22,6 +23,7 @@ from ferry.manifests.model import (
 )
 from ferry.manifests.paths import (
     containers,
+    drop_generated_job_fields,
     is_gpu_workload,
     join,
     leaves,
@@ -161,6 +163,49 @@ def kustomization(ctx: Context) -> None:
         ctx.leave("", "a kustomization, not a Kubernetes object: left as is and not applied (render with kustomize)")
 
 
+def _kind_is(entry: str, doc: Document) -> bool:
+    group, _, kind = entry.rpartition("/")
+    return kind == doc.kind and (not group or group == doc.api_version.rpartition("/")[0])
+
+
+def _controller(meta: dict) -> dict | None:
+    """The ownerReference that names the object's controller, if any."""
+    owners = sub_list(meta, "ownerReferences")
+    return next((o for o in owners if isinstance(o, dict) and o.get("controller") is True), None)
+
+
+def _why_left_out(rule: ExportRule, doc: Document) -> str | None:
+    """Why rule leaves doc out (its why, the owner named), or None when doc does not match every condition."""
+    data = doc.data
+    meta = sub_map(data, "metadata")
+    owner = _controller(meta)
+    if (rule.kinds and not any(_kind_is(k, doc) for k in rule.kinds)) or (rule.names and doc.name not in rule.names):
+        return None
+    if rule.owned and owner is None:
+        return None
+    for table, wanted in ((sub_map(meta, "labels"), rule.labels), (sub_map(meta, "annotations"), rule.annotations)):
+        if any(key not in table or value not in ("*", str(table[key])) for key, value in wanted.items()):
+            return None
+    for path, value in rule.fields.items():
+        if not any(value in ("*", str(node)) for _, node in resolve(data, path) if node is not None):
+            return None
+    if any(next(resolve(data, path), None) is not None for path in rule.unless):
+        return None
+    named = f"{owner.get('kind')}/{owner.get('name')}" if owner else "its owner"
+    return rule.why.replace("{owner}", named)
+
+
+def made_by_the_cluster(ctx: Context) -> None:
+    """An object the source cluster made by itself (a Pod its ReplicaSet made, an Event, the namespace's CA bundle)
+    is left out: the export rules (ferry's and the plan's) say which, and why."""
+    for rule in ctx.rules.export_rules:
+        why = _why_left_out(rule, ctx.doc)
+        if why is not None:
+            ctx.doc.left_out = why
+            ctx.left = True
+            return
+
+
 # What the API server writes into an object's metadata: `kubectl get -o yaml` exports it, and an apply that carries
 # it is refused (managedFields) or takes it for a precondition (a stale resourceVersion).
 SERVER_METADATA = (
@@ -189,13 +234,24 @@ SERVER_ANNOTATIONS = (
 def server_written(ctx: Context) -> None:
     """What the API server and the source's controllers wrote into an exported object is left out: server-set
     metadata, their annotations, `status`; in an export (it has a status), a Service's allocated cluster IPs (a
-    headless `None` stays) and a Pod's node; a claim's volume where the binding annotation says the cluster bound it.
-    A person's manifest has none of these, so it is left as written."""
-    if ctx.doc.kind == "List" or not isinstance(ctx.node, dict):
+    headless `None` stays) and a Pod's node; a claim's volume where the binding annotation says the cluster bound it;
+    the selector and uid labels the API server generated for a Job.
+    Owner references by uid (the source's objects) are dropped with a finding. A person's manifest has none of these,
+    so it is left as written."""
+    if not isinstance(ctx.node, dict):
         return
     meta = sub_map(ctx.node, "metadata")
     for key in SERVER_METADATA:
         meta.pop(key, None)
+    owners = [o for o in sub_list(meta, "ownerReferences") if isinstance(o, dict) and o.get("uid")]
+    if owners:
+        named = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners)
+        ctx.warn(
+            "metadata.ownerReferences",
+            f"dropped the owner(s) {named}: they name the source cluster's objects by uid, and the target's garbage "
+            "collector deletes what names an owner it does not have",
+        )
+        del meta["ownerReferences"]
     annotations = sub_map(meta, "annotations")
     bound = "pv.kubernetes.io/bind-completed" in annotations
     written = [key for key in SERVER_ANNOTATIONS if key in annotations]
@@ -212,6 +268,8 @@ def server_written(ctx: Context) -> None:
         spec.pop("nodeName", None)
     if bound and ctx.doc.kind == "PersistentVolumeClaim":
         spec.pop("volumeName", None)
+    if ctx.doc.kind == "Job":
+        drop_generated_job_fields(ctx.node)
 
 
 def service_addresses(ctx: Context) -> None:
@@ -245,13 +303,6 @@ def namespaces(ctx: Context) -> None:
             is_account = isinstance(subject, dict) and subject.get("kind") == "ServiceAccount"
             if is_account and _mapped(subject.get("namespace"), mapping):
                 set_as_written(subject, "namespace", mapping[subject["namespace"]])
-
-
-def v1_list(ctx: Context) -> None:
-    """A v1 List (`kubectl get -o yaml` output) is left as is: its items would need transforming and applying one
-    by one."""
-    if ctx.doc.kind == "List" and ctx.doc.api_version == "v1":
-        ctx.leave("items", "a v1 List is not transformed nor applicable: split it into one document per object")
 
 
 def unnamed(ctx: Context) -> None:
@@ -453,14 +504,15 @@ POD_TEMPLATE_RULES: tuple[Rule, ...] = (
     cloud_metadata,
     gpu_annotations,
 )
-# Each object's rules, in the order they run (and so report): kustomization and v1_list leave a document as it is;
+# Each object's rules, in the order they run (and so report): kustomization leaves a document as it is, and
+# made_by_the_cluster leaves it out;
 # uncovered_kind reports a kind no rule covers, which the rules after it skip (plan_labels aside).
 RULES: tuple[Rule, ...] = (
     kustomization,
+    made_by_the_cluster,
     server_written,
     service_addresses,
     namespaces,
-    v1_list,
     unnamed,
     uncovered_kind,
     cloud_metadata,
@@ -475,7 +527,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def transform(files: list[SourceFile], rules: Rules) -> Rendering:
-    """Rewrite every document in place for the target, rule by rule; return what could not be carried over."""
+    """Rewrite every document (a List's items one by one) in place for the target, rule by rule; return what could not
+    be carried over and what was left out."""
     rendering = Rendering(files)
     for doc in rendering.documents:
         if not doc.is_object:
@@ -490,4 +543,9 @@ def transform(files: list[SourceFile], rules: Rules) -> Rendering:
             rule(ctx)
             if ctx.left:
                 break
+    for file in files:
+        for doc in file.documents:
+            for item in reversed(doc.items or []):
+                if item.left_out is not None:
+                    del doc.data["items"][item.item]
     return rendering

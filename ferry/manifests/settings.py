@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from ferry.config import Settings
+from ferry.manifests.model import ExportRule
 from ferry.plan import FilePath
 
 
@@ -20,6 +21,9 @@ class ManifestsSettings(Settings):
     namespaces: dict[str, str] = Field(default_factory=dict)
     # Where pod templates live in kinds beyond the built-ins ("group/Kind": dotted paths, `*`, `[]`).
     template_paths: dict[str, list[str]] = Field(default_factory=dict)
+    # Beyond ferry's export rules (ferry/manifests/export_rules.yaml): more of what the source cluster made by
+    # itself, left out of the rendering with why.
+    leave_out: list[ExportRule] = Field(default_factory=list)
 
     @field_validator("template_paths")
     @classmethod

@@ -108,6 +108,23 @@ def _files_of(entry: Path) -> list[tuple[Path, Path]]:
     raise UsageError(f"{entry}: no such file or folder (phases.manifests.sources)")
 
 
+def _typed(doc: Document) -> None:
+    """The items of a typed List as the API answers it (a DeploymentList's items name no kind nor apiVersion)
+    given the List's."""
+    if doc.kind == "List":
+        return
+    for item in doc.data["items"]:
+        if isinstance(item, dict):
+            for position, (key, value) in enumerate((("apiVersion", doc.api_version), ("kind", doc.kind[:-4]))):
+                if key not in item:
+                    item.insert(position, key, value)
+
+
+def _original(doc: Document) -> str:
+    """The document as written (a Secret's values masked), for the diff."""
+    return dump([masked(doc.data) if doc.kind == "Secret" else doc.data], doc.file.indent, False)
+
+
 def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFile]:
     """Read every sources entry: files, folders (*.yaml, *.yml, recursively), each multi-document YAML.
 
@@ -149,7 +166,12 @@ def load_sources(entries: list[Path], base: Path | None = None) -> list[SourceFi
             for index, data in enumerate(loaded):
                 doc = Document(source, index, data)
                 if data is not None:
-                    doc.original = dump([masked(data) if doc.kind == "Secret" else data], source.indent, False)
+                    doc.original = _original(doc)
+                if doc.is_list:
+                    _typed(doc)
+                    doc.items = [Document(source, index, item, item=i) for i, item in enumerate(data["items"])]
+                    for item in doc.items:
+                        item.original = _original(item)
                 source.documents.append(doc)
             source.raw = text
             source.baseline = dump([d for d in loaded if d is not None], source.indent, source.explicit_start)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 from ferry.kube import ClusterApi
-from ferry.manifests.apply import fingerprint, restorable
+from ferry.manifests.apply import restorable
 from ferry.manifests.model import PLAN_LABEL
+from ferry.manifests.paths import drop_generated_job_fields
 
 
 def undo_order(applied: list[dict], undone: set[str]) -> list[dict]:
@@ -21,13 +23,14 @@ def undo_order(applied: list[dict], undone: set[str]) -> list[dict]:
     return [a for a in list(merged.values())[::-1] if a["key"] not in undone]
 
 
-def drifted(cluster: ClusterApi, recorded: dict[str, str | None]) -> list[str]:
-    """Keys of objects whose live state differs from the fingerprints the rollout recorded."""
+def drifted(cluster: ClusterApi, recorded: dict[str, str | None], of: Callable[[dict], str]) -> list[str]:
+    """Keys of objects whose live state differs from what the rollout recorded of it (`of`: foreign_owners, or
+    the whole object's fingerprint in a run an earlier ferry recorded)."""
     found = []
     for key, before in recorded.items():
         api_version, kind, namespace, name = key.split("|")
         live = cluster.get(api_version, kind, name, namespace or None)
-        if (fingerprint(live) if live else None) != before:
+        if (of(live) if live else None) != before:
             found.append(key)
     return found
 
@@ -68,15 +71,5 @@ def undo_one(cluster: ClusterApi, entry: dict, snap: dict, secret: dict | None, 
 def without_generated_job_fields(job: dict) -> dict:
     """A Job as it can be created again: the selector and controller-uid labels the API server generated removed."""
     job = copy.deepcopy(job)
-    spec = job.get("spec", {})
-    if not spec.get("manualSelector"):
-        spec.pop("selector", None)
-        labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
-        for label in (
-            "controller-uid",
-            "batch.kubernetes.io/controller-uid",
-            "job-name",
-            "batch.kubernetes.io/job-name",
-        ):
-            labels.pop(label, None)
+    drop_generated_job_fields(job)
     return job

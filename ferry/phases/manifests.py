@@ -20,6 +20,7 @@ import structlog
 import yaml
 
 from checks.manifests import (
+    check_manifests_applied,
     check_manifests_cluster,
     check_manifests_policy,
     check_manifests_rollout,
@@ -36,13 +37,17 @@ from ferry.kube import ClusterApi, api_client, kubeconfig_path
 from ferry.manifests.apply import (
     apply_in_waves,
     changed_since,
+    dry_run,
+    fingerprint,
     fingerprints,
+    foreign_owners,
+    keep_fixed,
     shown,
     take_snapshot,
     to_apply,
     wait_ready,
 )
-from ferry.manifests.model import Rendering, Rules
+from ferry.manifests.model import Rendering, Rules, default_export_rules
 from ferry.manifests.rollout import WAVES
 from ferry.manifests.rules import transform
 from ferry.manifests.settings import ManifestsGate, ManifestsSettings
@@ -53,6 +58,8 @@ from ferry.results import CheckResult, Status
 
 # In the phase's folder of a run: each object journaled before it changes, and each one a rollback undid.
 APPLIED, UNDONE = "applied.jsonl", "rollback-undone.jsonl"
+# Beside them: who else owned fields of each object the rollout left (a later rollback's drift check).
+OWNERS = "owners.json"
 log = structlog.get_logger("ferry.phases.manifests")
 
 
@@ -108,6 +115,7 @@ class ManifestsPhase(Phase):
             storage_classes={**target.storage_classes, **settings.storage_classes},
             namespaces=dict(settings.namespaces),
             template_paths={kind: tuple(paths) for kind, paths in settings.template_paths.items()},
+            export_rules=(*default_export_rules(), *settings.leave_out),
         )
 
     def render(self) -> Rendering:
@@ -172,7 +180,7 @@ class ManifestsPhase(Phase):
         when its kind is namespaced (the cluster's, when the manifest names none)."""
         target = self.loaded.plan.target.cluster
         assert target is not None
-        # A v1 List, a kustomization and an object without a name are reported (findings), not applied.
+        # A List's items one by one; a kustomization and an object without a name are reported (findings), not applied.
         found = [doc.plain() for doc in rendering.documents if doc.applicable]
         published = self.loaded.layout.bindings(self.loaded.plan.name)
         text = published.read_text(encoding="utf-8") if published.exists() else ""
@@ -219,13 +227,19 @@ class ManifestsPhase(Phase):
         objects = self.objects(rendering, cluster)
         self._snapshot(cluster, objects, audit)
         snapshot = {e["key"]: e for e in json.loads(audit.path(self.name, "snapshot.json").read_text(encoding="utf-8"))}
+        objects, kept = keep_fixed(objects, snapshot)
+        dry_run(cluster, objects)
         journal = Journal(audit.path(self.name, APPLIED))
-        applied = apply_in_waves(cluster, objects, snapshot, journal, reporter.stopping)
+        applied, notes, took = apply_in_waves(cluster, objects, snapshot, journal, reporter.stopping)
+        notes = kept + notes
         waiting = wait_ready(cluster, objects, self.gate_settings.rollout_timeout_s, reporter.stopping)
-        audit.write_json(self.name, "readiness.json", {"objects": len(objects), "waiting": waiting})
+        readiness = {"objects": len(objects), "waiting": waiting, "notes": notes, "took": took}
+        audit.write_json(self.name, "readiness.json", readiness)
         # What the rollout left, to tell later what someone changed since.
         left = fingerprints(cluster, objects)
         audit.write_json(self.name, "fingerprints.json", left)
+        # Who else owns fields of what it left: a later rollback's drift check.
+        audit.write_json(self.name, OWNERS, fingerprints(cluster, objects, foreign_owners))
         # Changed against the run's snapshot, not by this attempt alone: a retried step's first attempt counts, and
         # an apply of what the cluster holds already changes nothing.
         secrets_file = self._secrets_file(audit.root)
@@ -251,8 +265,14 @@ class ManifestsPhase(Phase):
         ready = json.loads((folder / "readiness.json").read_text(encoding="utf-8"))
         timeout = self.gate_settings.rollout_timeout_s
         if "skipped" in ready:
-            return [*results, check_manifests_rollout(None, 0, timeout, ready["skipped"])]
-        return [*results, check_manifests_rollout(ready["waiting"], ready["objects"], timeout)]
+            skipped = ready["skipped"]
+            applied = check_manifests_applied(None, [], skipped)
+            return [*results, applied, check_manifests_rollout(None, 0, timeout, skipped)]
+        return [
+            *results,
+            check_manifests_applied(ready.get("notes", []), ready.get("took", [])),
+            check_manifests_rollout(ready["waiting"], ready["objects"], timeout),
+        ]
 
     # -- rollback ---------------------------------------------------------------------------------------
     def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
@@ -276,11 +296,14 @@ class ManifestsPhase(Phase):
         ]
         cluster = self.cluster()
         # During the run itself (its gate failed) its own rollback restores without asking; after a commit,
-        # someone may have changed what the rollout left (the fingerprints of what it left: none before it finished).
-        recorded = folder / "fingerprints.json"
+        # someone may have changed what the rollout left: a field manager other than ferry and the control plane
+        # changed it (a run of an earlier ferry recorded only whole fingerprints; none before it finished).
+        owners, whole = folder / OWNERS, folder / "fingerprints.json"
+        recorded, of = (owners, foreign_owners) if owners.exists() else (whole, fingerprint)
         changed = []
         if self._committed(audit.root) and recorded.exists():
-            changed = [k for k in drifted(cluster, json.loads(recorded.read_text(encoding="utf-8"))) if k not in undone]
+            left = json.loads(recorded.read_text(encoding="utf-8"))
+            changed = [k for k in drifted(cluster, left, of) if k not in undone]
         if dry_run:
             notes = [f"changed since the rollout: {shown(key)}" for key in changed]
             return Undo(f"restore {len(items)} object(s) of run {audit.root.name} in reverse wave order", notes + items)

@@ -29,7 +29,6 @@ POINTS = [
     "manifests:mid-wave", "manifests:step", "manifests:gate", "manifests:commit",
     "golive:checkpoint", "golive:step", "golive:gate",
 ]  # fmt: skip
-NS = "ml-training"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "iam"
 PLAN = """\
 name: crash
@@ -67,7 +66,6 @@ gates:
   golive: {{checkpoint_write_gb_per_s: 1e-9, checkpoint_read_gb_per_s: 1e-9}}
 retries: {{attempts: 0, delay_s: 0}}
 """
-# Kinds that are ready as soon as they exist: the emulator runs no controllers.
 MANIFESTS = """\
 apiVersion: v1
 kind: ConfigMap
@@ -87,8 +85,9 @@ spec:
 """
 
 
-def setup(root: Path, moto_env, emulator, bucket: str) -> tuple[Path, dict]:
-    """A plan of all five phases under root, against a fresh bucket, two fresh registries and the emulator."""
+def setup(root: Path, moto_env, plane, bucket: str) -> tuple[Path, dict]:
+    """A plan of all five phases under root, against a fresh bucket, two fresh registries and a fresh namespace of
+    the control plane."""
     source, target = start_registry(), start_registry()
     busybox_image(root / "buildah", "tool", "amd64", ["CUDA_VERSION=12.2.0"])
     for ref in ("ml/tool:1", "ml/eval:1", "ml/eval:2"):
@@ -96,20 +95,26 @@ def setup(root: Path, moto_env, emulator, bucket: str) -> tuple[Path, dict]:
     shutil.copytree(EXAMPLES, root / "iam")
     (root / "k8s").mkdir()
     (root / "k8s" / "app.yaml").write_text(MANIFESTS)
-    emulator.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    emulator.write_kubeconfig(root / "kubeconfig", context="meta-eu")
+    ns = plane.namespace("crash")
+    plane.kubeconfig(root / "kubeconfig", context="meta-eu")
     for i in range(12):
         (root / "src" / "small" / f"{i:02d}.bin").parent.mkdir(parents=True, exist_ok=True)
         (root / "src" / "small" / f"{i:02d}.bin").write_bytes(hashlib.sha256(b"%d" % i).digest() * (40 * i + 1))
     (root / "src" / "model.pt").write_bytes(hashlib.sha256(b"model").digest() * (3 << 15))  # 3 MiB: 12 parts
     moto_env.client("s3").create_bucket(Bucket=bucket)
     plan = root / "migration.yaml"
-    plan.write_text(PLAN.format(src=source.port, tgt=target.port, bucket=bucket, endpoint=moto_env.endpoint, ns=NS))
-    hosts = {"source": f"127.0.0.1:{source.port}", "target": f"127.0.0.1:{target.port}"}
-    return plan, {"servers": (source, target), "bucket": bucket, "registries": hosts}
+    plan.write_text(PLAN.format(src=source.port, tgt=target.port, bucket=bucket, endpoint=moto_env.endpoint, ns=ns))
+    hosts = {"source": f"127.0.0.1:{source.port}", "target": f"127.0.0.1:{target.port}", "ns": ns}
+    return plan, {"servers": (source, target), "bucket": bucket, "registries": hosts, "namespace": ns}
 
 
-def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
+# What the run applies (the manifests and the iam phase's bindings), and what the cluster makes in every namespace.
+_APPLIED = (("v1", "ConfigMap"), ("v1", "ServiceAccount"), ("v1", "Service"),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding"))  # fmt: skip
+_EVERY_NAMESPACE = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+
+
+def final_state(root: Path, moto_env, ends: dict, plane) -> dict:
     """What a run leaves, with what differs between two setups by construction (ports, run ids) masked."""
     client = moto_env.client("s3")
     bucket = ends["bucket"]
@@ -135,7 +140,12 @@ def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
             parsed = Reference.parse(ref)
             assert Registry(parsed.host, insecure=True).digest(parsed.repository, parsed.ref) == record["digest"], ref
     bundle = sorted((state / "runs").glob("*/manifests/bundle.yaml"))[-1]  # what the newest run rendered
-    cluster = sorted((o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in emulator.objects())
+    cluster = sorted(
+        (kind, item["metadata"]["name"])
+        for api_version, kind in _APPLIED
+        for item in plane.resource(api_version, kind).get(namespace=ends["namespace"]).to_dict()["items"]
+        if (kind, item["metadata"]["name"]) not in _EVERY_NAMESPACE
+    )
     return {
         "objects": objects,
         "bindings": mask(StateLayout(state).bindings("crash").read_text()),
@@ -146,36 +156,33 @@ def final_state(root: Path, moto_env, ends: dict, emulator) -> dict:
 
 
 def test_kill_9_at_20_points_then_the_reruns_end_where_an_uninterrupted_run_does(
-    prefect_api, moto_env, tmp_path
+    prefect_api, moto_env, control_plane, tmp_path
 ) -> None:
-    from tests.kube_emulator import KubeEmulator
-
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
-    with KubeEmulator() as emulator:
-        plan, ends = setup(reference, moto_env, emulator, "crash-reference")
-        try:
-            code, _, err = run_ferry("run", str(plan), api=prefect_api)
-            assert code == 0, err[-3000:]
-            expected = final_state(reference, moto_env, ends, emulator)
-        finally:
-            for server in ends["servers"]:
-                server.stop()
+    plan, ends = setup(reference, moto_env, control_plane, "crash-reference")
+    try:
+        code, _, err = run_ferry("run", str(plan), api=prefect_api)
+        assert code == 0, err[-3000:]
+        expected = final_state(reference, moto_env, ends, control_plane)
+    finally:
+        for server in ends["servers"]:
+            server.stop()
+        control_plane.delete_namespace(ends["namespace"])
 
     killed = []
-    with KubeEmulator() as emulator:
-        plan, ends = setup(crashed, moto_env, emulator, "crash-killed")
-        try:
-            for point in POINTS:
-                run = Watched("run", str(plan), api=prefect_api, env={"FERRY_FAILPOINTS": point})
-                reached = run.wait_for(f"ferry failpoint: {point}")
-                code, _, err = run.finish(signal.SIGKILL if reached else None)
-                assert reached and code == -signal.SIGKILL, (point, code, err[-3000:])
-                killed.append(point)
-            code, out, err = run_ferry("run", str(plan), api=prefect_api)
-            assert code == 0, err[-3000:]
-            assert "took over the lock of run migration-" in err, "the last kill's lock was stale, and said so"
-            assert final_state(crashed, moto_env, ends, emulator) == expected
-        finally:
-            for server in ends["servers"]:
-                server.stop()
-    assert killed == POINTS
+    plan, ends = setup(crashed, moto_env, control_plane, "crash-killed")
+    try:
+        for point in POINTS:
+            run = Watched("run", str(plan), api=prefect_api, env={"FERRY_FAILPOINTS": point})
+            reached = run.wait_for(f"ferry failpoint: {point}")
+            code, _, err = run.finish(signal.SIGKILL if reached else None)
+            assert reached and code == -signal.SIGKILL, (point, code, err[-3000:])
+            killed.append(point)
+        code, out, err = run_ferry("run", str(plan), api=prefect_api)
+        assert code == 0, err[-3000:]
+        assert "took over the lock of run migration-" in err, "the last kill's lock was stale, and said so"
+        assert final_state(crashed, moto_env, ends, control_plane) == expected
+    finally:
+        for server in ends["servers"]:
+            server.stop()
+        control_plane.delete_namespace(ends["namespace"])

@@ -18,9 +18,10 @@ from tests.support import run_ferry, write_plan
 class Ends:
     """The servers a row needs, each started on first use (a data_sync row starts none), stopped after its test."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: pytest.FixtureRequest) -> None:
         self._registries: tuple | None = None
-        self._emulator = None
+        self._request = request
+        self._namespaces: list[str] = []
 
     def registries(self) -> tuple[int, int]:
         from tests.support import start_registry
@@ -29,23 +30,22 @@ class Ends:
             self._registries = (start_registry(), start_registry())
         return self._registries[0].port, self._registries[1].port
 
-    def emulator(self):
-        from tests.kube_emulator import KubeEmulator
-
-        if self._emulator is None:
-            self._emulator = KubeEmulator().__enter__()
-        return self._emulator
+    def control_plane(self):
+        """The session's control plane, and a namespace of this test's own on it."""
+        plane = self._request.getfixturevalue("control_plane")
+        self._namespaces.append(plane.namespace())
+        return plane, self._namespaces[-1]
 
     def stop(self) -> None:
         for server in self._registries or ():
             server.stop()
-        if self._emulator is not None:
-            self._emulator.__exit__(None, None, None)
+        for namespace in self._namespaces:
+            self._request.getfixturevalue("control_plane").delete_namespace(namespace)
 
 
 @pytest.fixture
-def ends() -> Iterator[Ends]:
-    started = Ends()
+def ends(request: pytest.FixtureRequest) -> Iterator[Ends]:
+    started = Ends(request)
     try:
         yield started
     finally:
@@ -85,11 +85,13 @@ def _images_step_fails(root, ends):
 
 
 def _manifests_step_fails(root, ends):
-    from tests.flows.test_manifests_phase import _plan, seed
+    from tests.flows.test_manifests_phase import _plan
 
-    emulator = seed(ends.emulator())
-    emulator.deny("Deployment", "GPU quota exceeded")
-    return _plan(root, "terminal-manifests-fails", emulator)
+    plane, namespace = ends.control_plane()
+    # The namespace's quota allows no Deployment: the API server refuses it (in the dry run, before any change).
+    plane.seed({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "none", "namespace": namespace},
+                "spec": {"hard": {"count/deployments.apps": "0"}}})  # fmt: skip
+    return _plan(root, "terminal-manifests-fails", plane, namespace)
 
 
 def _golive_gate_fails(root, ends):
@@ -122,8 +124,8 @@ FAILURES = [
     (
         "manifests step fails",
         _manifests_step_fails,
-        r"ferry: failed: run \S+: manifests: apply Deployment trainer: the API answered 403 Forbidden: "
-        r".*GPU quota exceeded",
+        r"ferry: failed: run \S+: manifests: dry run of apply Deployment trainer: the API answered 403 Forbidden: "
+        r".*exceeded quota",
         2,
     ),
     ("golive gate fails", _golive_gate_fails, r"ferry: failed: run \S+: golive: gate failed: golive\.", 1),

@@ -25,7 +25,7 @@ class Refusing:
     """A cluster whose server-side apply of a Job answers one 422, as kube-apiserver words it."""
 
     def __init__(self, message: str):
-        self.message, self.calls = message, []
+        self.message, self.calls, self.warnings = message, [], []
 
     def apply(self, obj: dict) -> dict:
         self.calls.append("apply")

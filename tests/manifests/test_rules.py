@@ -346,14 +346,9 @@ def test_a_manifest_a_person_wrote_keeps_its_pinned_volume_and_cluster_ip(tmp_pa
     assert service["spec"]["clusterIP"] == "10.0.0.10"
 
 
-def test_template_paths_add_to_the_built_ins_and_lists_are_reported(tmp_path: Path) -> None:
+def test_template_paths_add_to_the_built_ins(tmp_path: Path) -> None:
     rules = Rules(plan="p", template_paths={"Deployment": ("spec.extra.template",), "x.io/Thing": ("spec.t",)})
     assert rules.paths_for("apps/v1", "Deployment") == ("spec.template", "spec.extra.template")
     assert rules.paths_for("x.io/v1", "Thing") == ("spec.t",)
     assert rules.paths_for("x.io/v1", "Deployment") is None
     assert rules.paths_for("v1", "ConfigMap") is None
-    (tmp_path / "list.yaml").write_text("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n")
-    rendering = transform(load_sources([tmp_path / "list.yaml"], tmp_path), rules)
-    assert [str(f) for f in rendering.findings] == [
-        "list.yaml#0 List/?: items: a v1 List is not transformed nor applicable: split it into one document per object"
-    ]

@@ -26,7 +26,7 @@ from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
-from tests.golive.test_autoscale import Controller, deployment
+from tests.golive.test_autoscale import deployment
 from tests.golive.test_jobs import JobController
 from tests.golive.test_probe import start_server
 from tests.kube_emulator import KubeEmulator
@@ -322,35 +322,34 @@ def test_plan_errors_are_one_line_with_the_field(tmp_path) -> None:
             load_plan(path)
 
 
-def test_autoscaling_through_the_phase_and_rollback_after_a_crash(tmp_path) -> None:
-    with KubeEmulator() as emulator:
-        emulator.seed(deployment(replicas=2))
-        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
-        path = plan_file(
-            tmp_path,
-            {"autoscaling": {"deployment": "llama-serve", "replicas": 8, "timeout_s": 10, "poll_s": 0.05},
-             "gpu_probe": False},
-            gates={"scale_up_s": 10},
-            cluster={"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)},
-        )  # fmt: skip
-        phase = open_phase(load_plan(path), "golive")
-        audit_root = tmp_path / "runs" / "r1"
-        with Controller(emulator, wanted=8, delay_s=0.2):
-            phase.run("autoscaling", AuditFolder(audit_root), Reporter())
-        scale = by_name(phase.gate(AuditFolder(audit_root)))["golive.scale_up"]
-        assert scale.status == Status.PASS and scale.measured["scale_up_s"] >= 0.2
-        assert any("restored" in line for line in scale.evidence)
-        assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
-        # A run that died mid-spike: the journal holds the snapshot, the Deployment is left at 8.
-        (audit_root / "golive" / "autoscaling-restored.json").unlink()
-        client.AppsV1Api(emulator.api_client()).patch_namespaced_deployment(
-            "llama-serve", "default", {"spec": {"replicas": 8}}
-        )
-        preview = phase.rollback(AuditFolder(audit_root), dry_run=True)
-        assert preview.items == ["restore default/llama-serve as snapshot before the spike"]
-        assert "back to 2 replica(s)" in phase.rollback(AuditFolder(audit_root)).text
-        assert emulator.get("apps/v1", "Deployment", "llama-serve", "default")["spec"]["replicas"] == 2
-        assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
+def test_autoscaling_through_the_phase_and_rollback_after_a_crash(control_plane, namespace, tmp_path) -> None:
+    control_plane.seed(deployment(namespace, replicas=2))
+    kubeconfig = control_plane.kubeconfig(tmp_path / "kubeconfig", context="meta-eu")
+    path = plan_file(
+        tmp_path,
+        {"autoscaling": {"deployment": "llama-serve", "replicas": 8, "timeout_s": 60, "poll_s": 0.1},
+         "gpu_probe": False},
+        gates={"scale_up_s": 60},
+        cluster={"context": "meta-eu", "namespace": namespace, "kubeconfig": str(kubeconfig)},
+    )  # fmt: skip
+    phase = open_phase(load_plan(path), "golive")
+    audit_root = tmp_path / "runs" / "r1"
+    # The Deployment controller, the scheduler and kwok make the 8 replicas Ready.
+    phase.run("autoscaling", AuditFolder(audit_root), Reporter())
+    scale = by_name(phase.gate(AuditFolder(audit_root)))["golive.scale_up"]
+    assert scale.status == Status.PASS and scale.measured["scale_up_s"] > 0, scale.evidence
+    assert any("restored" in line for line in scale.evidence)
+    assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
+    # A run that died mid-spike: the journal holds the snapshot, the Deployment is left at 8.
+    (audit_root / "golive" / "autoscaling-restored.json").unlink()
+    client.AppsV1Api(control_plane.api_client()).patch_namespaced_deployment(
+        "llama-serve", namespace, {"spec": {"replicas": 8}}
+    )
+    preview = phase.rollback(AuditFolder(audit_root), dry_run=True)
+    assert preview.items == [f"restore {namespace}/llama-serve as snapshot before the spike"]
+    assert "back to 2 replica(s)" in phase.rollback(AuditFolder(audit_root)).text
+    assert control_plane.get("apps/v1", "Deployment", "llama-serve", namespace)["spec"]["replicas"] == 2
+    assert "nothing to undo" in phase.rollback(AuditFolder(audit_root)).text
 
 
 def test_autoscaling_without_a_cluster_skips_with_the_reason(tmp_path) -> None:
