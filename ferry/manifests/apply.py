@@ -211,6 +211,7 @@ def wait_ready(cluster: ClusterApi, objects: list[dict], timeout_s: float, stopp
     deadline = time.monotonic() + timeout_s
     pending = {key_of(o): o for o in objects}
     why: dict[str, str] = {}
+    pause = 0.1  # doubling up to 2 s: a small rollout is seen ready at once, a long one is not polled hard
     while pending:
         for key, obj in list(pending.items()):
             meta = obj["metadata"]
@@ -224,7 +225,8 @@ def wait_ready(cluster: ClusterApi, objects: list[dict], timeout_s: float, stopp
                 why[key] = reason
         if not pending or time.monotonic() >= deadline or stopping.is_set():
             break
-        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(2.0, pause * 2)
     return [f"{key}: {why.get(key, 'not ready')}" for key in pending]
 
 

@@ -1,12 +1,12 @@
 """A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 kwok managing fake GPU nodes, on free loopback ports, built by tests/controlplane/build.py.
 
-The API server serves TLS and authenticates client certificates, as a real kubeconfig names them, with RBAC
-authorization on (`Node,RBAC`). `kubeconfig()` writes one for the cluster's administrator (system:masters) or for
-any user and groups, whose access is then only what RBAC grants. Controllers are real: a Deployment gets its
-ReplicaSet and Pods, the scheduler binds them to the kwok nodes, and kwok turns them Running and Ready (and a Job's
-pods Succeeded) without containers. What no component here does: run containers, serve pod logs or exec, provision
-volumes (a claim stays Pending), or serve metrics.k8s.io (an HPA reads no utilisation).
+The API server serves TLS and authenticates client certificates, as a real kubeconfig names them (and one static
+bearer token), with RBAC authorization on (`Node,RBAC`). `kubeconfig()` writes one for the cluster's administrator
+(system:masters) or for any user and groups, whose access is then only what RBAC grants. Controllers are real: a
+Deployment gets its ReplicaSet and Pods, the scheduler binds them to the kwok nodes, and kwok turns them Running and
+Ready (and a Job's pods Succeeded) without containers. What no component here does: run containers, serve pod logs
+or exec, provision volumes (a claim stays Pending), or serve metrics.k8s.io (an HPA reads no utilisation).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from tests.controlplane import build
 from tests.support import free_port
 
 ADMIN = "ferry-admin"
+TOKEN_USER = "ferry-token"
 # The fake nodes: each with 8 GPUs and the labels NVIDIA's GPU feature discovery puts on such a node.
 GPU_NODES = 6
 GPUS_PER_NODE = 8
@@ -156,7 +158,8 @@ def _b64(data: bytes) -> str:
 class ControlPlane:
     """One control plane, started by `start()` (or as a context manager) and stopped by `stop()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_nodes: int = GPU_NODES) -> None:
+        self.gpu_nodes = gpu_nodes
         self.bin = build.build()
         self.work = Path(
             tempfile.mkdtemp(prefix="ferry-controlplane-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
@@ -166,6 +169,10 @@ class ControlPlane:
         self.url = f"https://127.0.0.1:{self.port}"
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self.started_s = 0.0
+        # A static bearer token the API server also takes, as a kubeconfig from a cloud's console carries one: the
+        # cluster's administrator (kubeconfig(token=True)).
+        self.token = secrets.token_urlsafe(32)
+        (self.work / "tokens.csv").write_text(f'{self.token},{TOKEN_USER},{TOKEN_USER},"system:masters"\n')
 
     # -- life cycle -------------------------------------------------------------------------------
     def __enter__(self) -> ControlPlane:
@@ -217,7 +224,7 @@ class ControlPlane:
             "--etcd-servers", f"http://127.0.0.1:{etcd_port}",
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(self.port),
             "--tls-cert-file", self.pki.path("apiserver.crt"), "--tls-private-key-file", self.pki.path("apiserver.key"),
-            "--client-ca-file", self.pki.path("ca.crt"),
+            "--client-ca-file", self.pki.path("ca.crt"), "--token-auth-file", str(self.work / "tokens.csv"),
             "--service-account-key-file", self.pki.path("sa.pub"),
             "--service-account-signing-key-file", self.pki.path("sa.key"),
             "--service-account-issuer", "https://kubernetes.default.svc",
@@ -251,19 +258,21 @@ class ControlPlane:
             "--manage-nodes-with-label-selector", f"{_NODE_LABEL}=true",
             "--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1", "--server-address", f"127.0.0.1:{free_port()}",
         )  # fmt: skip
-        for index in range(GPU_NODES):
+        for index in range(self.gpu_nodes):
             self.seed(_gpu_node(f"gpu-node-{index}"))
         self._until("nodes", self._nodes_ready, timeout=120)
         self._until("default service account", lambda: self._default_account("default"))
         self.started_s = time.monotonic() - started
 
     def stop(self) -> None:
+        """Stop every component, by SIGKILL after 2 s: nothing it holds (etcd's data in memory) outlives it."""
         for _, proc in reversed(self._procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 2
         for _, proc in reversed(self._procs):
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -276,7 +285,7 @@ class ControlPlane:
 
     def _nodes_ready(self) -> bool:
         nodes = self.core().list_node(label_selector=f"{_NODE_LABEL}=true").items
-        return len(nodes) == GPU_NODES and all(
+        return len(nodes) == self.gpu_nodes and all(
             any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) for node in nodes
         )
 
@@ -287,23 +296,23 @@ class ControlPlane:
     # -- clients ----------------------------------------------------------------------------------
     def kubeconfig(
         self, path: Path, *, user: str = ADMIN, groups: tuple[str, ...] = ("system:masters",),
-        context: str = "test", namespace: str = "default",
+        context: str = "test", namespace: str = "default", token: bool = False,
     ) -> Path:  # fmt: skip
         """A kubeconfig whose context talks to this API server over TLS as user (a client certificate naming user
-        and groups; system:masters is the cluster's administrator, any other identity has what RBAC grants)."""
-        identity = self.pki.identity(user, groups)
+        and groups; system:masters is the cluster's administrator, any other identity has what RBAC grants); with
+        token, as the administrator by bearer token instead."""
+        if token:
+            user, credentials = TOKEN_USER, {"token": self.token}
+        else:
+            identity = self.pki.identity(user, groups)
+            credentials = {"client-certificate-data": _b64(identity.cert), "client-key-data": _b64(identity.key)}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {"name": "test", "cluster": {"server": self.url, "certificate-authority-data": _b64(self.pki.ca_cert)}}
             ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {"client-certificate-data": _b64(identity.cert), "client-key-data": _b64(identity.key)},
-                }
-            ],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": context, "context": {"cluster": "test", "user": user, "namespace": namespace}}],
             "current-context": context,
         }

@@ -1,18 +1,19 @@
 """Planted secrets never leave ferry (issue 18, item 6).
 
-Every credential ferry takes is planted with a fresh random value that the server it is for really checks: moto's
-S3 and IAM APIs with authentication on (access keys of IAM users made here; a user whose policy denies writes),
-moto's ECR token (never pulled from, only handed to the tools), Azurite's account SAS (signed with its public key)
-and account key, a registry with htpasswd logins, a Kubernetes bearer token in the kubeconfig, and a Kubernetes
-Secret's values (in the manifests, and the one the cluster held). A second registry takes bearer tokens only, as
-ECR's, GHCR's, Docker Hub's and Harbor's do: its token server (written here, its JWTs signed with a key made here)
-checks the logins, and every token it issues is looked for too. Each credential is given once through environment
-variables (`*_env`) and once through Prefect Secret blocks (`*_secret`). The installed `ferry` runs as a user runs
-it: `plan show`, `run` of every phase (console, and `--log-format json`), a run that a denied request fails (plain,
-and with FERRY_DEBUG's tracebacks), `iam explain`, `deploy`, `status`, `rollback --dry-run`, `serve` with a run
-started from its deployment and a run waiting for `approve` (both copying and building images to the bearer
-registry), `sync --report` (moto to Azurite, a presigned URL made for the multipart object) and a sync with a wrong
-secret. `ferry ui` takes no plan and no credential: it is not run here.
+Every credential ferry takes is planted with a fresh random value that the server it is for really checks: moto's S3
+and IAM APIs with authentication on (access keys of IAM users made here; a user whose policy denies writes), moto's
+ECR token (never pulled from, only handed to the tools), Azurite's account SAS (signed with its public key) and
+account key, a registry with htpasswd logins, a Kubernetes bearer token in the kubeconfig (the control plane's API
+server takes it), and a Kubernetes Secret's values (in the manifests, and the one the cluster held). A second
+registry takes bearer tokens only, as ECR's, GHCR's, Docker Hub's and Harbor's do: its token server (written here,
+its JWTs signed with a key made here) checks the logins, and every token it issues is looked for too. Each
+credential is given once through environment variables (`*_env`) and once through Prefect Secret blocks
+(`*_secret`). The installed `ferry` runs as a user runs it: `plan show`, `run` of every phase (console, and
+`--log-format json`), a run that a denied request fails (plain, and with FERRY_DEBUG's tracebacks), `iam explain`,
+`deploy`, `status`, `rollback --dry-run`, `serve` with a run started from its deployment and a run waiting for
+`approve` (both copying and building images to the bearer registry), `sync --report` (moto to Azurite, a presigned
+URL made for the multipart object) and a sync with a wrong secret. `ferry ui` takes no plan and no credential: it is
+not run here.
 
 Then every output is scanned for each secret in the forms it may take (as is, URL-quoted, JSON-escaped, base64
 at any alignment, and the alphanumeric runs the other encodings keep): stdout and stderr; every file under the
@@ -61,7 +62,6 @@ from urllib.parse import quote, quote_plus, unquote, urlencode, urljoin
 
 import pytest
 
-from tests.kube_emulator import KubeEmulator, _Handler
 from tests.support import AZURITE_ACCOUNT, AZURITE_KEY, FERRY, Server, _wait_port, free_port, start_moto
 
 CHANNELS = ("env", "secret")  # credentials as environment variables, then as Prefect Secret blocks
@@ -408,59 +408,6 @@ def push_image(host: str, repository: str, tag: str, env: list[str]) -> None:
     urllib.request.urlopen(put).close()
 
 
-class TokenKube(KubeEmulator):
-    """The Kubernetes API emulator answering only requests that carry its bearer token (else 401)."""
-
-    def __init__(self, token: str):
-        super().__init__()
-        self.token = token
-        self.refused = 0
-        self.answered = 0
-
-    def start(self) -> TokenKube:
-        from http.server import ThreadingHTTPServer
-
-        emulator = self
-
-        class Handler(_Handler):
-            def _serve(self) -> None:
-                if self.headers.get("Authorization") == f"Bearer {emulator.token}":
-                    emulator.answered += 1
-                    return super()._serve()
-                emulator.refused += 1
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}'
-                self.send_response(401)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
-
-        Handler.emulator = self
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="kube-emulator", daemon=True).start()
-        return self
-
-    def write_kubeconfig(self, path: Path, context: str = "emulator", namespace: str = "default") -> Path:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {"token": self.token}}],
-            "contexts": [
-                {"name": context, "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}
-            ],
-            "current-context": context,
-        }
-        path.write_text(json.dumps(config), encoding="utf-8")
-        return path
-
-
 def enforce_moto_auth(moto: Server) -> None:
     """From now on moto checks every request's signature against its IAM users' keys and policies."""
     request = urllib.request.Request(
@@ -625,7 +572,7 @@ target:
   storage: 'dst://{target_bucket}/{name}'
   registry: 127.0.0.1:{tgt_registry}/{name}
   kubernetes_version: "1.30"
-  cluster: {{context: emulator, namespace: {name}, kubeconfig: kubeconfig}}
+  cluster: {{context: meta-eu, namespace: {name}, kubeconfig: kubeconfig}}
 profiles:
   src:
     type: s3
@@ -925,7 +872,7 @@ def test_the_scanner_finds_a_secret_in_each_form_it_may_take(user: str) -> None:
 
 
 def test_planted_secrets_appear_in_no_output(
-    prefect_api: str, azurite_server: Server, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    prefect_api: str, azurite_server: Server, control_plane, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     from azure.storage.blob import BlobServiceClient
     from prefect.blocks.system import Secret
@@ -964,9 +911,8 @@ def test_planted_secrets_appear_in_no_output(
         cleanup.callback(tokens.stop)
         bearer_registry = start_registry_with_tokens(tmp_path / "registry-bearer", tokens)
         cleanup.callback(bearer_registry.stop)
-        kube = TokenKube(scanner.plant("kubernetes bearer token", f"kube-{secrets.token_urlsafe(32)}")).start()
-        cleanup.callback(kube.stop)
-        kube.on_write("Pod", lambda pod: {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+        # The control plane's API server takes this bearer token (its static token file) besides certificates.
+        scanner.plant("kubernetes bearer token", control_plane.token)
         keys: dict[str, tuple[str, str]] = {}
         for ch in CHANNELS:
             keys[f"src {ch}"] = moto_user(moto, f"reader-{ch}-{tag}", ["s3:*"])
@@ -1050,9 +996,12 @@ def test_planted_secrets_appear_in_no_output(
             token = scanner.plant(f"kubernetes Secret value in the manifests ({ch})", secrets.token_urlsafe(24))
             (folder / "k8s" / "app.yaml").write_text(MANIFESTS.format(token=token, **common))
             name = f"scan-{ch}"
-            kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            control_plane.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            cleanup.callback(control_plane.delete_namespace, name)
+            control_plane.wait(f"default ServiceAccount of {name}",
+                               lambda n=name: control_plane.get("v1", "ServiceAccount", "default", n))  # fmt: skip
             before = scanner.plant(f"{SNAPSHOTTED} ({ch})", secrets.token_urlsafe(24))
-            kube.seed(
+            control_plane.seed(
                 {
                     "apiVersion": "v1",
                     "kind": "Secret",
@@ -1060,7 +1009,7 @@ def test_planted_secrets_appear_in_no_output(
                     "data": {"TOKEN": base64.b64encode(before.encode()).decode()},
                 }
             )
-            kube.write_kubeconfig(folder / "kubeconfig")
+            control_plane.kubeconfig(folder / "kubeconfig", context="meta-eu", token=True)
             values = {
                 "iam_key": keys[f"iam {ch}"][0],
                 "iam_secret": keys[f"iam {ch}"][1],
@@ -1186,9 +1135,9 @@ def test_planted_secrets_appear_in_no_output(
         assert wrong.code != 0 and "access denied" in wrong.err, wrong.out + wrong.err
 
         # The planted credentials were the ones used, and the servers checked them.
-        assert kube.answered > 0 and kube.refused == 0
+        # (The kubeconfigs held the bearer token as their only credential: each applied Secret is its use.)
         for ch in CHANNELS:
-            applied = kube.get("v1", "Secret", "trainer-creds", f"scan-{ch}")
+            applied = control_plane.get("v1", "Secret", "trainer-creds", f"scan-{ch}")
             value = applied.get("stringData", {}).get("TOKEN") or base64.b64decode(applied["data"]["TOKEN"]).decode()
             assert value == scanner.secrets[f"kubernetes Secret value in the manifests ({ch})"], "the Secret is applied"
         if registry_checks:

@@ -26,6 +26,7 @@ from ferry.layout import StateLayout
 from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
+from tests.controlplane.cluster import ControlPlane
 from tests.golive.test_autoscale import deployment
 from tests.golive.test_jobs import JobController
 from tests.golive.test_probe import start_server
@@ -387,7 +388,8 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
             [digest_map.ImageRecord("src/a:1", "reg.example/ml/a:1", "sha256:" + "a" * 64, "rebuilt", "12.4.1")]
         ),
     )
-    with KubeEmulator() as emulator:
+    # A control plane of its own, with only these nodes: as GPU feature discovery labels them, and a CPU node.
+    with ControlPlane(gpu_nodes=0) as plane:
         gfd = {
             "nvidia.com/cuda.driver.major": "535",
             "nvidia.com/cuda.driver.minor": "104",
@@ -400,11 +402,11 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
             ("gpu-c", dict(zip(gfd, ("570", "26", ""), strict=True))),
             ("cpu-d", {}),
         ):
-            emulator.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
-        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+            plane.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+        kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", context="meta-eu")
         path = plan_file(
             tmp_path, {"gpu_probe": False},
-            cluster={"context": "emulator", "namespace": "default", "kubeconfig": str(kubeconfig)},
+            cluster={"context": "meta-eu", "namespace": "default", "kubeconfig": str(kubeconfig)},
         )  # fmt: skip
         phase = open_phase(load_plan(path), "golive")
         audit = AuditFolder(tmp_path / "runs" / "r1")
