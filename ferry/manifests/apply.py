@@ -59,12 +59,10 @@ def to_apply(cluster: ClusterApi, objects: list[dict], bindings: list[dict], pla
         labels.update({PLAN_LABEL: plan, MANAGED_BY_LABEL: "ferry"})
         found.append(binding)
     # A custom resource's scope, where its definition comes with it (the cluster does not serve it yet).
-    scopes = {
-        (crd_group, names["kind"]): (o.get("spec") or {}).get("scope") == "Namespaced"
-        for o in found
-        if o["kind"] == "CustomResourceDefinition"
-        for crd_group, names in [((o.get("spec") or {}).get("group"), (o.get("spec") or {}).get("names") or {})]
-    }
+    scopes = {}
+    for definition in (o for o in found if o["kind"] == "CustomResourceDefinition"):
+        spec = definition.get("spec") or {}
+        scopes[(spec.get("group"), (spec.get("names") or {}).get("kind"))] = spec.get("scope") == "Namespaced"
     for obj in found:
         group = obj["apiVersion"].rpartition("/")[0]
         namespaced = scopes.get((group, obj["kind"]))
@@ -173,8 +171,8 @@ def apply_in_waves(
 ) -> tuple[int, list[str], list[str]]:
     """Apply objects (in wave order) one by one, journaling each before it is changed; a Job whose pod template
     changed (the API server refuses the apply, saying the template is immutable) is replaced, a field the control
-    plane owns is left to it. The number applied, notes on what
-    the cluster kept (with the API's own warnings), and the fields taken from other managers."""
+    plane owns is left to it. The number applied, notes on what the cluster kept (with the API's own warnings), and
+    the fields taken from other managers."""
 
     def record(key: str, kind: str, action: str) -> None:
         journal.add({"key": key, "wave": wave_of(kind), "action": action})
@@ -253,13 +251,15 @@ def foreign_owners(obj: dict) -> str:
     return hashlib.sha256(json.dumps(sorted(entries, key=json.dumps), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def fingerprints(
-    cluster: ClusterApi, objects: list[dict], of: Callable[[dict], str] = fingerprint
-) -> dict[str, str | None]:
-    """of (the fingerprint, or foreign_owners) each object as the cluster has it now, by key (None: not there)."""
-    live = {}
+def live_objects(cluster: ClusterApi, objects: list[dict]) -> dict[str, dict | None]:
+    """Each object as the cluster has it now, by key (None: not there)."""
+    found = {}
     for obj in objects:
         meta = obj["metadata"]
-        found = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        live[key_of(obj)] = of(found) if found else None
-    return live
+        found[key_of(obj)] = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+    return found
+
+
+def fingerprints(live: dict[str, dict | None], of: Callable[[dict], str] = fingerprint) -> dict[str, str | None]:
+    """of (the fingerprint, or foreign_owners) each live object, by key (None: not there)."""
+    return {key: of(found) if found else None for key, found in live.items()}

@@ -42,6 +42,7 @@ from ferry.manifests.apply import (
     fingerprints,
     foreign_owners,
     keep_fixed,
+    live_objects,
     shown,
     take_snapshot,
     to_apply,
@@ -235,11 +236,12 @@ class ManifestsPhase(Phase):
         waiting = wait_ready(cluster, objects, self.gate_settings.rollout_timeout_s, reporter.stopping)
         readiness = {"objects": len(objects), "waiting": waiting, "notes": notes, "took": took}
         audit.write_json(self.name, "readiness.json", readiness)
-        # What the rollout left, to tell later what someone changed since.
-        left = fingerprints(cluster, objects)
+        # What the rollout left, read once: its fingerprints, and who else owns fields of it (a later rollback's
+        # drift check).
+        live = live_objects(cluster, objects)
+        left = fingerprints(live)
         audit.write_json(self.name, "fingerprints.json", left)
-        # Who else owns fields of what it left: a later rollback's drift check.
-        audit.write_json(self.name, OWNERS, fingerprints(cluster, objects, foreign_owners))
+        audit.write_json(self.name, OWNERS, fingerprints(live, foreign_owners))
         # Changed against the run's snapshot, not by this attempt alone: a retried step's first attempt counts, and
         # an apply of what the cluster holds already changes nothing.
         secrets_file = self._secrets_file(audit.root)

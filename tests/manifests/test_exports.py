@@ -2,7 +2,7 @@
 source cluster made by itself left out (each with why), what the server wrote stripped.
 
 The dump below has the shape `kubectl get all,cm,sa,secrets,endpoints,endpointslices,events -n ml -o yaml` gives
-(its server fields abridged); tests/manifests/test_exports_live.py takes a real one from the test control plane.
+(its server fields abridged); tests/phases/test_manifests_cluster.py takes a real one from the test control plane.
 """
 
 from __future__ import annotations
