@@ -263,6 +263,20 @@ def covers(deny: Statement, allow: Statement) -> bool:
     return all(not _overlaps(a, n) for a in allow.resources for n in deny.resources)
 
 
+def denied_together(denies: list[Statement], actions: set[str]) -> set[str]:
+    """The actions that denies deny on every resource together though none does alone: a Deny on every resource but
+    some (NotResource) and Denies on those (Resource), `data/*` denied and everything outside `data/*` denied."""
+    found: set[str] = set()
+    for excluding in (d for d in denies if d.not_resource):
+        together = actions & excluding.actions
+        for pattern in excluding.resources:
+            on = [d for d in denies if not d.not_resource and any(wildcard(r, False).match(pattern)
+                                                                  for r in d.resources)]  # fmt: skip
+            together &= set().union(*(d.actions for d in on))
+        found |= together
+    return found
+
+
 def action_level(action: str) -> Level | None:
     """The level a known action grants on the target (permissions management on identities is admin)."""
     access = database().get(action)
@@ -356,6 +370,11 @@ def evaluate(
                 by.append(f"the permissions boundary {cap[0]}")
                 removed_by[by[-1]] = removed_by.get(by[-1], 0) + len(remaining - cap[1])
                 remaining &= cap[1]
+            jointly = denied_together(denies, remaining)
+            if jointly:
+                remaining -= jointly
+                by.append("Denies that together name every resource")
+                removed_by[by[-1]] = removed_by.get(by[-1], 0) + len(jointly)
             for d in denies:
                 hit = remaining & d.actions
                 if not hit:

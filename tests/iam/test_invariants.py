@@ -11,7 +11,7 @@ import functools
 import re
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, EDGES, IDENTITY_SERVICES, action_level, database
@@ -156,8 +156,22 @@ def _highest_allowed(held: list[dict]) -> int:
     return max((int(action_level(a) or 0) for a, _ in allowed), default=0)
 
 
+# Found by the search: two Denies that together name every resource (data/*, and everything but data/*).
+SPLIT_DENY = {
+    "users": {"u0": (["g0"], [])},
+    "groups": {
+        "g0": [
+            {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "*"},
+            {"Effect": "Deny", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::data/*"},
+            {"Effect": "Deny", "Action": ["s3:GetObject"], "NotResource": "arn:aws:s3:::data/*"},
+        ]
+    },
+}
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(accounts)
+@example(SPLIT_DENY)
 def test_never_above_what_the_source_allows(spec: dict) -> None:
     bound = levels(spec)
     for user, (groups, statements) in spec["users"].items():
