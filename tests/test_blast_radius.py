@@ -1,6 +1,6 @@
 """Blast radius: `--delete` and every rollback touch only what this plan created or explicitly names.
 
-Against real servers (moto S3, two docker-registry processes, the Kubernetes API emulator): the target is
+Against real servers (moto S3, two docker-registry processes, a real Kubernetes control plane): the target is
 seeded with objects outside the plan's prefix, under sibling prefixes that share its string prefix (`data/p2/`,
 `data/p-old/`, an object named `data/p` itself), another plan's objects under its own prefix in the same
 bucket, and objects inside the prefix that the source also has (overwritten) or lacks (kept unless deleted).

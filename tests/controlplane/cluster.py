@@ -158,8 +158,11 @@ def _b64(data: bytes) -> str:
 class ControlPlane:
     """One control plane, started by `start()` (or as a context manager) and stopped by `stop()`."""
 
-    def __init__(self, gpu_nodes: int = GPU_NODES) -> None:
+    def __init__(self, gpu_nodes: int = GPU_NODES, *, kubelet_by_test: str = "") -> None:
+        """gpu_nodes: how many kwok GPU nodes to make; kubelet_by_test: a label selector of pods whose status kwok
+        leaves alone, for the test to write as their kubelet would (how their containers end, what they print)."""
         self.gpu_nodes = gpu_nodes
+        self.kubelet_by_test = kubelet_by_test
         self.bin = build.build()
         self.work = Path(
             tempfile.mkdtemp(prefix="ferry-controlplane-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
@@ -257,6 +260,7 @@ class ControlPlane:
             "--kubeconfig", str(components), "--config", str(self.bin / build.STAGES), "--manage-all-nodes=false",
             "--manage-nodes-with-label-selector", f"{_NODE_LABEL}=true",
             "--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1", "--server-address", f"127.0.0.1:{free_port()}",
+            *(("--disregard-status-with-label-selector", self.kubelet_by_test) if self.kubelet_by_test else ()),
         )  # fmt: skip
         for index in range(self.gpu_nodes):
             self.seed(_gpu_node(f"gpu-node-{index}"))

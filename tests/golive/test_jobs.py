@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -13,14 +14,11 @@ from checks.golive import check_probe_jobs
 from ferry.errors import PermanentError
 from ferry.golive import jobs, probe
 from ferry.results import Status
+from tests.controlplane.cluster import ControlPlane
 from tests.golive.test_probe import start_server
-from tests.kube_emulator import KubeEmulator
 
-
-@pytest.fixture
-def emulator() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emu:
-        yield emu
+# The label the probe's pods carry (server or client); the session's control plane leaves them to ProbeKubelet.
+_PROBE_POD = "ferry.io/probe-end"
 
 
 def test_the_rendered_pair_validates_strictly() -> None:
@@ -58,40 +56,57 @@ def test_an_invalid_object_fails_the_schema_check() -> None:
     assert result.status == Status.FAIL and len(result.evidence) == 2
 
 
-class JobController:
-    """Plays the Job controller and kubelet on the emulator: when the client Job appears, runs the real probe on
-    loopback, records a client pod whose termination message is the summary, and marks the Job finished."""
+class ProbeKubelet:
+    """Plays the kubelet of the probe's pods on the real control plane (kwok leaves them to the test, see
+    tests/conftest.py): the server pod runs, Ready, with a pod IP; the client pod ends as `end` says: "succeed" runs the
+    real probe on loopback and ends with its summary as the termination message, "fail" exits 1, "hang" never starts.
+    Pods being deleted are finalised, as a kubelet does. The scheduler, the Job controller, the endpoint slices and
+    the garbage collector are the control plane's own."""
 
-    def __init__(self, emulator: KubeEmulator, succeed: bool = True):
-        self.emulator, self.succeed = emulator, succeed
+    def __init__(self, plane: ControlPlane, namespace: str, end: str = "succeed"):
+        self.plane, self.namespace, self.end = plane, namespace, end
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.nodes: dict[str, str] = {}
 
     def _run(self) -> None:
-        while not self.stop.wait(0.02):
-            if self.emulator.get("batch/v1", "Job", "ferry-probe-client", "ml") is None:
-                continue
-            status: dict = {"failed": 1}
-            if self.succeed:
-                server, port = start_server("tcp")
-                summary = probe.compact(probe.ping(f"127.0.0.1:{port}", "tcp", 200, warmup=5))
-                server.join(5)
-                terminated = {"exitCode": 0, "message": json.dumps(summary)}
-                pod = {
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": "ferry-probe-client-x1", "namespace": "ml",
-                                 "labels": {"job-name": "ferry-probe-client"}},
-                    "spec": {"containers": [{"name": "client", "image": jobs.DEFAULT_IMAGE}]},
-                    "status": {"containerStatuses": [{"name": "client", "ready": False, "restartCount": 0,
-                                                      "image": jobs.DEFAULT_IMAGE, "imageID": "",
-                                                      "state": {"terminated": terminated}}]},
-                }  # fmt: skip
-                self.emulator.seed(pod)
-                status = {"succeeded": 1}
-            self.emulator.set_status("batch/v1", "Job", "ferry-probe-client", "ml", status)
-            return
+        core = self.plane.core()
+        while not self.stop.wait(0.05):
+            for pod in core.list_namespaced_pod(self.namespace, label_selector=_PROBE_POD).items:
+                name, which = pod.metadata.name, pod.metadata.labels[_PROBE_POD]
+                if pod.metadata.deletion_timestamp is not None:
+                    core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                elif pod.spec.node_name and not (pod.status and pod.status.phase in ("Running", "Succeeded", "Failed")):
+                    self.nodes[which] = pod.spec.node_name
+                    status = self._status(which, pod.spec.containers[0])
+                    if status:
+                        core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
 
-    def __enter__(self) -> JobController:
+    def _status(self, which: str, container: Any) -> dict | None:
+        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        base = {"name": container.name, "image": container.image, "imageID": "", "restartCount": 0}
+        ready = [{"type": t, "status": "True"} for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+        if which == "server":
+            state = {"running": {"startedAt": now}}
+            container_status = {**base, "ready": True, "started": True, "state": state}
+            ip = f"10.244.7.{len(self.nodes) + 10}"
+            return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.1", "startTime": now,
+                    "conditions": ready, "containerStatuses": [container_status]}  # fmt: skip
+        if self.end == "hang":
+            return None
+        if self.end == "succeed":
+            server, port = start_server("tcp")
+            summary = probe.compact(probe.ping(f"127.0.0.1:{port}", "tcp", 200, warmup=5))
+            server.join(5)
+            terminated = {"exitCode": 0, "reason": "Completed", "message": json.dumps(summary)}
+        else:
+            terminated = {"exitCode": 1, "reason": "Error"}
+        terminated.update(startedAt=now, finishedAt=now)
+        container_status = {**base, "ready": False, "started": False, "state": {"terminated": terminated}}
+        phase = "Succeeded" if self.end == "succeed" else "Failed"
+        return {"phase": phase, "startTime": now, "containerStatuses": [container_status]}
+
+    def __enter__(self) -> ProbeKubelet:
         self.thread.start()
         return self
 
@@ -100,27 +115,60 @@ class JobController:
         self.thread.join(10)
 
 
-def _probe_objects(emulator: KubeEmulator) -> list[str]:
-    return [o["metadata"]["name"] for o in emulator.objects() if o["metadata"].get("namespace") == "ml"]
+def _probe_objects(plane: ControlPlane, namespace: str) -> list[str]:
+    """What of the probe is still in namespace (its pods included)."""
+    names = []
+    for kind in ("ConfigMap", "Service", "Pod"):
+        selector = _PROBE_POD if kind == "Pod" else f"app.kubernetes.io/name={jobs.NAME}"
+        items = plane.resource("v1", kind).get(namespace=namespace, label_selector=selector).items
+        names += [f"{kind}/{item.metadata.name}" for item in items]
+    found = plane.resource("batch/v1", "Job").get(namespace=namespace).items
+    return names + [f"Job/{item.metadata.name}" for item in found]
 
 
-def test_the_jobs_run_on_a_cluster_and_are_removed(emulator: KubeEmulator) -> None:
-    emulator.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
-    docs = jobs.render("ml", samples=200)
+def _gone(plane: ControlPlane, namespace: str) -> None:
+    """Wait for the garbage collector to remove the deleted Jobs' pods; then nothing of the probe is left."""
+    plane.wait("the probe's pods removed", lambda: _probe_objects(plane, namespace) == [], timeout=60)
+
+
+def _endpoints(plane: ControlPlane, namespace: str) -> list[str]:
+    """The addresses the endpoint slice controller gives the probe's headless Service."""
+    slices = plane.resource("discovery.k8s.io/v1", "EndpointSlice").get(
+        namespace=namespace, label_selector=f"kubernetes.io/service-name={jobs.NAME}-server"
+    )
+    return [address for piece in slices.items for end in piece.endpoints or [] for address in end.addresses]
+
+
+def test_the_jobs_run_on_a_cluster_and_are_removed(control_plane: ControlPlane, namespace: str) -> None:
+    docs = jobs.render(namespace, samples=200)
     # A leftover of a crashed run, with the same name: replaced, not a 409.
-    emulator.seed(copy.deepcopy(docs[0]))
-    with JobController(emulator):
-        summary = jobs.run(emulator.api_client(), docs, timeout_s=20, poll_s=0.05)
-    assert summary["samples"] == 200 and summary["percentiles"] == "nearest-rank" and "rtt_ns" not in summary
-    assert len(json.dumps(summary)) < 4096, "a termination message holds at most 4 KiB"
-    assert _probe_objects(emulator) == ["ferry-probe-client-x1"], "the pod goes with its Job on a real cluster"
+    control_plane.seed(copy.deepcopy(docs[0]))
+    found: dict = {}
+    with ProbeKubelet(control_plane, namespace, end="hang") as kubelet:
+        running = threading.Thread(
+            target=lambda: found.update(jobs.run(control_plane.api_client(), docs, timeout_s=60, poll_s=0.05))
+        )
+        running.start()
+        control_plane.wait("the headless Service's endpoints", lambda: _endpoints(control_plane, namespace) != [])
+        server = control_plane.core().list_namespaced_pod(namespace, label_selector=f"{_PROBE_POD}=server").items[0]
+        assert _endpoints(control_plane, namespace) == [server.status.pod_ip], "pod to pod, no NAT: the server pod"
+        kubelet.end = "succeed"
+        running.join(60)
+        assert found["samples"] == 200 and found["percentiles"] == "nearest-rank" and "rtt_ns" not in found
+        assert len(json.dumps(found)) < 4096, "a termination message holds at most 4 KiB"
+        # The real scheduler kept the ends apart, by the client's pod anti-affinity.
+        assert kubelet.nodes["server"] != kubelet.nodes["client"], kubelet.nodes
+        _gone(control_plane, namespace)
 
 
-def test_a_failed_or_slow_client_job_is_a_problem_and_still_removed(emulator: KubeEmulator) -> None:
-    emulator.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
-    with JobController(emulator, succeed=False), pytest.raises(PermanentError, match="client Job failed"):
-        jobs.run(emulator.api_client(), jobs.render("ml"), timeout_s=20, poll_s=0.05)
-    assert _probe_objects(emulator) == []
-    with pytest.raises(PermanentError, match="did not finish within 0.3 s"):
-        jobs.run(emulator.api_client(), jobs.render("ml"), timeout_s=0.3, poll_s=0.05)
-    assert _probe_objects(emulator) == []
+def test_a_failed_or_slow_client_job_is_a_problem_and_still_removed(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    with ProbeKubelet(control_plane, namespace, end="fail") as kubelet:
+        with pytest.raises(PermanentError, match="client Job failed"):
+            jobs.run(control_plane.api_client(), jobs.render(namespace), timeout_s=60, poll_s=0.05)
+        _gone(control_plane, namespace)
+        kubelet.end = "hang"
+        with pytest.raises(PermanentError, match="did not finish within 0.5 s"):
+            jobs.run(control_plane.api_client(), jobs.render(namespace), timeout_s=0.5, poll_s=0.05)
+        _gone(control_plane, namespace)

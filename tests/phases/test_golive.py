@@ -28,9 +28,8 @@ from ferry.plan import load_plan
 from ferry.results import Status, gate_status
 from tests.controlplane.cluster import ControlPlane
 from tests.golive.test_autoscale import deployment
-from tests.golive.test_jobs import JobController
+from tests.golive.test_jobs import ProbeKubelet
 from tests.golive.test_probe import start_server
-from tests.kube_emulator import KubeEmulator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Beside the UI test's screenshots (ignored by git); docs/golive-report.png is a copy of one.
@@ -361,20 +360,18 @@ def test_autoscaling_without_a_cluster_skips_with_the_reason(tmp_path) -> None:
     assert scale.status == Status.SKIP and scale.evidence == ["no cluster: target.cluster is not set"]
 
 
-def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path) -> None:
-    with KubeEmulator() as emulator:
-        emulator.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
-        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
-        path = plan_file(
-            tmp_path, {"latency": {"jobs": True, "samples": 200, "poll_s": 0.05}, "gpu_probe": False},
-            gates={"p99_us": 1_000_000},  # no TCP round trip takes longer: it times out at 1 s
-            cluster={"context": "emulator", "namespace": "ml", "kubeconfig": str(kubeconfig)},
-        )  # fmt: skip
-        phase = open_phase(load_plan(path), "golive")
-        audit = AuditFolder(tmp_path / "runs" / "r1")
-        with JobController(emulator):
-            phase.run("latency", audit, Reporter())
-        found = by_name(phase.gate(audit))
+def test_the_probe_jobs_through_the_phase_on_a_cluster(tmp_path, control_plane, namespace) -> None:
+    kubeconfig = control_plane.kubeconfig(tmp_path / "kubeconfig", context="meta-eu")
+    path = plan_file(
+        tmp_path, {"latency": {"jobs": True, "samples": 200, "poll_s": 0.05}, "gpu_probe": False},
+        gates={"p99_us": 1_000_000},  # no TCP round trip takes longer: it times out at 1 s
+        cluster={"context": "meta-eu", "namespace": namespace, "kubeconfig": str(kubeconfig)},
+    )  # fmt: skip
+    phase = open_phase(load_plan(path), "golive")
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    with ProbeKubelet(control_plane, namespace):
+        phase.run("latency", audit, Reporter())
+    found = by_name(phase.gate(audit))
     assert "golive.interconnect_p99" not in found, "no server named: only the Jobs measure"
     assert found["golive.probe_jobs_schema"].status == Status.PASS
     jobs = found["golive.interconnect_p99_jobs"]
