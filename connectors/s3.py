@@ -119,6 +119,19 @@ def _plain_md5(etag: str) -> bool:
     return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
 
 
+def _etag_is_md5(response: dict) -> bool:
+    """Whether S3 made this answer's ETag from the MD5 of the body: only for an object stored unencrypted or with
+    SSE-S3; SSE-KMS, DSSE-KMS and SSE-C (the bucket's default or the request's) make it something else."""
+    return not str(response.get("ServerSideEncryption", "")).startswith("aws:kms") and not response.get(
+        "SSECustomerAlgorithm"
+    )
+
+
+# Endpoints that wrote without echoing the CRC32C ferry sent, once trusted to: each falls back to Content-MD5 for
+# the rest of the process (never a write checked by neither).
+_NO_ECHO: set[str] = set()
+
+
 class S3Connector(Connector):
     """A bucket and key prefix on S3 or any S3-compatible endpoint."""
 
@@ -135,7 +148,10 @@ class S3Connector(Connector):
         max_single_put=5 * GiB,
     )
 
-    def __init__(self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict):
+    def __init__(
+        self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
+        *, receipt: str = "auto", encryption: dict | None = None, customer_key: bytes | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(url)
         self.bucket = bucket
         self.root = root
@@ -158,6 +174,17 @@ class S3Connector(Connector):
         self.endpoint = self.client.meta.endpoint_url
         credentials = session.get_credentials()
         self._identity = (self.endpoint, credentials.access_key if credentials else None)
+        # The receipt check of a write: "crc32c" trusts the store to verify the CRC32C sent and checks its echo;
+        # "md5" also sends Content-MD5 and holds an unencrypted object's ETag to the body's MD5. "auto": crc32c on
+        # AWS's own endpoints (S3 refuses a body that does not match it, BadDigest), md5 elsewhere (moto, for one,
+        # echoes the CRC32C it is sent without checking it).
+        host = urlsplit(self.endpoint).hostname or ""
+        self._echo_verified = receipt == "crc32c" or (receipt == "auto" and host.endswith(".amazonaws.com"))
+        # SSE-KMS on every write (the encryption a profile names), SSE-C on every request of an object.
+        self._encryption = dict(encryption or {})
+        self._customer = (
+            {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": customer_key} if customer_key is not None else {}
+        )
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> S3Connector:
@@ -178,9 +205,18 @@ class S3Connector(Connector):
             raise translate(exc, location.url) from None
         if session.region_name is None and "region_name" not in client_kwargs:
             client_kwargs["region_name"] = "us-east-1"
-        connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs)
+        extra: dict = {}
+        if profile is not None:
+            extra = {
+                "receipt": profile.receipt,
+                "encryption": profile.encryption_args(),
+                "customer_key": profile.customer_key(),
+            }
+        connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs, **extra)
         if profile is not None and profile.min_part_size:
             connector.capabilities = dataclasses.replace(cls.capabilities, min_part_size=profile.min_part_size)
+        if connector._customer:  # a presigned URL cannot carry the SSE-C key: no copy from a URL
+            connector.capabilities = dataclasses.replace(connector.capabilities, presign=False)
         return connector
 
     def network_host(self) -> str | None:
@@ -229,7 +265,9 @@ class S3Connector(Connector):
             raise translate(exc, self._what(prefix)) from None
 
     def stat(self, key: str) -> ObjectInfo:
-        head = self._call(self._what(key), self.client.head_object, Key=self._full(key), ChecksumMode="ENABLED")
+        head = self._call(
+            self._what(key), self.client.head_object, Key=self._full(key), ChecksumMode="ENABLED", **self._customer
+        )
         return self._info(key, head)
 
     @staticmethod
@@ -251,7 +289,9 @@ class S3Connector(Connector):
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
         what = self._what(key)
-        response = self._call(what, self.client.get_object, Key=self._full(key), ChecksumMode="ENABLED")
+        response = self._call(
+            what, self.client.get_object, Key=self._full(key), ChecksumMode="ENABLED", **self._customer
+        )
         try:
             data = response["Body"].read()
         except Exception as exc:  # noqa: BLE001
@@ -263,7 +303,11 @@ class S3Connector(Connector):
             return b""
         what = self._what(key)
         response = self._call(
-            what, self.client.get_object, Key=self._full(key), Range=f"bytes={start}-{start + length - 1}"
+            what,
+            self.client.get_object,
+            Key=self._full(key),
+            Range=f"bytes={start}-{start + length - 1}",
+            **self._customer,
         )
         try:
             data = response["Body"].read()
@@ -277,26 +321,54 @@ class S3Connector(Connector):
         metadata = dict(spec.metadata)
         if with_checksum and spec.checksum:
             metadata[CHECKSUM_META] = spec.checksum
-        args: dict = {"Metadata": metadata}
+        args: dict = {"Metadata": metadata, **self._encryption, **self._customer}
         if spec.content_type:
             args["ContentType"] = spec.content_type
         return args
 
+    def _md5_receipts(self) -> bool:
+        """Whether writes carry Content-MD5 and have their ETags held to MD5s (receipt "md5")."""
+        return not self._echo_verified or self.endpoint in _NO_ECHO
+
+    def _body_checks(self, data: bytes, known: int | None = None) -> tuple[dict, str | None, int]:
+        """The checksum headers a write of data carries, the MD5 sent (None: the echo alone is checked) and the
+        CRC32C (known: the caller's, computed over these bytes already)."""
+        crc = crc32c(data) if known is None else known
+        args = {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": to_b64(crc)}
+        if not self._md5_receipts():
+            return args, None, crc
+        md5 = md5_hex(data)
+        return {**args, "ContentMD5": hex_to_b64(md5)}, md5, crc
+
+    def _receipt(self, what: str, response: dict, md5: str | None, crc: int) -> str:
+        """Check a write's answer against what was sent (see _body_checks); its ETag."""
+        etag = response["ETag"].strip('"')
+        echoed = response.get("ChecksumCRC32C")
+        if echoed is not None and echoed != to_b64(crc):
+            raise ChecksumMismatch(f"{what}: the store holds CRC32C {echoed}, ferry sent {to_b64(crc)}")
+        if md5 is None and echoed is None:
+            _NO_ECHO.add(self.endpoint)
+            raise TransientError(
+                f"{what}: the store did not echo the CRC32C it was sent; written again with Content-MD5",
+                code="NoReceipt",
+            )
+        if md5 is not None and _etag_is_md5(response) and _plain_md5(etag) and etag != md5:
+            raise ChecksumMismatch(f"{what}: the store holds MD5 {etag}, ferry sent {md5}")
+        return etag
+
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
         what = self._what(key)
-        md5 = md5_hex(data)
+        # The stored checksum is the CRC32C of data (the engine computed it while reading): not hashed again.
+        checks, md5, crc = self._body_checks(data, parse(spec.checksum))
         response = self._call(
             what,
             self.client.put_object,
             Key=self._full(key),
             Body=data,
-            ContentMD5=hex_to_b64(md5),
-            ChecksumCRC32C=to_b64(crc32c(data)),
+            **checks,
             **self._write_args(spec, with_checksum=True),
         )
-        etag = response["ETag"].strip('"')
-        if _plain_md5(etag) and etag != md5:
-            raise ChecksumMismatch(f"{what}: the store holds MD5 {etag}, ferry sent {md5}")
+        etag = self._receipt(what, response, md5, crc)
         return ObjectInfo(key=key, size=len(data), signature=etag, checksum=spec.checksum)
 
     def delete(self, key: str) -> None:
@@ -315,7 +387,7 @@ class S3Connector(Connector):
 
     def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
         what = f"{self._what(key)} part {number}"
-        md5, crc = md5_hex(data), crc32c(data)
+        checks, md5, crc = self._body_checks(data)
         response = self._call(
             what,
             self.client.upload_part,
@@ -323,12 +395,10 @@ class S3Connector(Connector):
             UploadId=upload_id,
             PartNumber=number,
             Body=data,
-            ContentMD5=hex_to_b64(md5),
-            ChecksumCRC32C=to_b64(crc),
+            **checks,
+            **self._customer,
         )
-        etag = response["ETag"].strip('"')
-        if _plain_md5(etag) and etag != md5:
-            raise ChecksumMismatch(f"{what}: the store holds MD5 {etag}, ferry sent {md5}")
+        etag = self._receipt(what, response, md5, crc)
         return Part(number=number, size=len(data), etag=etag, crc32c=crc)
 
     def complete(self, key: str, upload_id: str, parts: list[Part], spec: WriteSpec) -> ObjectInfo:
@@ -350,9 +420,14 @@ class S3Connector(Connector):
             UploadId=upload_id,
             MultipartUpload={"Parts": listed},
             **args,
+            **self._customer,
         )
         etag = response["ETag"].strip('"')
-        expected = _multipart_etag(parts)
+        echoed = response.get("ChecksumCRC32C")
+        if full is not None and echoed is not None and echoed != to_b64(full):
+            raise ChecksumMismatch(f"{what}: the store assembled CRC32C {echoed}, the parts make {to_b64(full)}")
+        # The store was given the whole object's CRC32C to verify; its ETag is an MD5 of MD5s only on receipt md5.
+        expected = _multipart_etag(parts) if self._md5_receipts() and _etag_is_md5(response) else None
         if expected is not None and etag != expected:
             raise ChecksumMismatch(f"{what}: the store assembled ETag {etag}, the parts make {expected}")
         return ObjectInfo(key=key, size=sum(p.size for p in parts), signature=etag, checksum=spec.checksum)
@@ -380,7 +455,12 @@ class S3Connector(Connector):
 
     # -- server-side copy and URLs ------------------------------------------------------------
     def can_copy_from(self, source: Connector) -> bool:
-        return isinstance(source, S3Connector) and source._identity == self._identity
+        # A copy of an SSE-C object would need the source's key in this request too: such objects travel by bytes.
+        return (
+            isinstance(source, S3Connector)
+            and source._identity == self._identity
+            and not (self._customer or source._customer)
+        )
 
     def copy_from(self, source: Connector, info: ObjectInfo, key: str) -> ObjectInfo:
         assert isinstance(source, S3Connector)
@@ -391,12 +471,16 @@ class S3Connector(Connector):
             Key=self._full(key),
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
             MetadataDirective="COPY",
+            ChecksumAlgorithm="CRC32C",
+            **self._encryption,
         )
-        etag = response["CopyObjectResult"]["ETag"].strip('"')
-        # A plain-MD5 source keeps its ETag through a copy; anything else is checked by stat.
-        if _plain_md5(info.signature) and etag != info.signature:
-            raise ChecksumMismatch(f"{what}: the copy has ETag {etag}, the source {info.signature}")
-        return ObjectInfo(key=key, size=info.size, signature=etag)
+        result = response["CopyObjectResult"]
+        # The store's CRC32C of the copy, held to the source's where the listing gave one. (Its ETag is no proof:
+        # under SSE-KMS on either side it is not the MD5 of the bytes.)
+        copied, stored = result.get("ChecksumCRC32C"), parse(info.checksum)
+        if copied is not None and stored is not None and from_b64(copied) != stored:
+            raise ChecksumMismatch(f"{what}: the copy holds CRC32C {copied}, the source {info.checksum}")
+        return ObjectInfo(key=key, size=info.size, signature=result["ETag"].strip('"'))
 
     def copy_part_from(
         self, source: Connector, info: ObjectInfo, key: str, upload_id: str, number: int, start: int, length: int

@@ -6,6 +6,7 @@ connection-string variable, and the connector reads them when it opens.
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,10 @@ class Credentials(BaseModel):
     account_key_secret: str | None = None
     sas_token_env: str | None = None
     sas_token_secret: str | None = None
+    # S3 SSE-C: the 256-bit customer key, base64 (what `openssl rand -base64 32` prints). How objects are stored,
+    # not which: out of hashes (as the profile's receipt and kms_key_id are).
+    sse_customer_key_env: str | None = Field(default=None, exclude=True)
+    sse_customer_key_secret: str | None = Field(default=None, exclude=True)
 
     @classmethod
     def secret_names(cls) -> tuple[str, ...]:
@@ -135,6 +140,31 @@ class Profile(BaseModel):
     # Seconds a request may wait for the store's next bytes before it fails as transient (and is retried); the
     # connector's default (READ_TIMEOUT_S in connectors/base.py) when unset. How patient, not where: out of hashes.
     read_timeout_s: float | None = Field(default=None, gt=0, le=3600, exclude=True)
+    # S3: how a write's receipt is checked (see connectors/s3.py and docs/sync.md): "crc32c", the store verifies the
+    # CRC32C ferry sends and echoes it (AWS S3); "md5", Content-MD5 as well and an unencrypted object's ETag held
+    # to the body's MD5 (a store that does not verify the CRC32C); "auto", crc32c on AWS's endpoints, md5 elsewhere.
+    receipt: Literal["auto", "crc32c", "md5"] = Field(default="auto", exclude=True)
+    # S3: SSE-KMS on every object ferry writes, with this key (an ID, ARN or alias/...); SSE-C is a credential
+    # (credentials.sse_customer_key_env or _secret).
+    kms_key_id: str | None = Field(default=None, min_length=1, exclude=True)
+
+    def encryption_args(self) -> dict[str, str]:
+        """The SSE-KMS arguments of an S3 write (none without kms_key_id)."""
+        return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.kms_key_id} if self.kms_key_id else {}
+
+    def customer_key(self) -> bytes | None:
+        """The SSE-C key named in the credentials, decoded (None if none is named); UsageError if it is not 32
+        bytes of base64. The value is never shown."""
+        if not self.credentials.named("sse_customer_key"):
+            return None
+        text = self.credentials.resolve("sse_customer_key") or ""
+        try:
+            key = base64.b64decode(text.strip(), validate=True)
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            raise UsageError("credentials.sse_customer_key: the key must be 32 bytes, base64-encoded (44 characters)")
+        return key
 
 
 class ProfilesFile(BaseModel):

@@ -17,6 +17,7 @@ def test_the_secrets_credentials_can_name_come_from_their_fields() -> None:
         "connection_string",
         "account_key",
         "sas_token",
+        "sse_customer_key",
     )
     assert RegistryAuth.secret_names() == (*Credentials.secret_names(), "username", "password")
 

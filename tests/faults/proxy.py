@@ -11,13 +11,15 @@ Per request, seeded so that a failure replays:
   rewritten), `short` (a body cut short with a Content-Length that agrees), `drop` (a write answered `drop_status` with
   the ETag the body would have, and not stored), `lost` (the store does the work, its answer is lost: a reset),
   `reserialise` (a JSON document PUT is stored re-serialised: the same document, other bytes, another digest; its
-  answer is the store's own);
+  answer is the store's own), `etag` (every ETag the store gives, in headers and listings, is not the body's MD5
+  but consistently another value, as S3's are under SSE-KMS or SSE-C; the ones a client sends back are mapped
+  back), `no-echo` (a write's answer carries no x-amz-checksum-crc32c);
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
 `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
 with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource.
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
-bytes included).
+bytes included), `write_headers` (how many writes carried each header, by lower-case name).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import http.client
 import json
 import random
+import re
 import socket
 import struct
 import threading
@@ -48,6 +51,19 @@ KINDS = ("reset", "truncate", "stall", "503")
 # The headers a store reports an object's checksum in: S3's, Azure's, a registry's.
 CHECKSUM_HEADERS = ("etag", "x-amz-checksum-crc32c", "content-md5", "x-ms-content-crc64", "docker-content-digest")
 _WRITES = ("PUT", "POST")
+# The `etag` lie: each hex digit of an ETag swapped for its mirror (0<->f, 1<->e, ...), its own inverse.
+_MIRROR = str.maketrans("0123456789abcdef", "fedcba9876543210")
+_XML_ETAG = re.compile(rb"(<ETag>(?:&quot;|&#34;|\")?)([0-9a-f]{32})")
+
+
+def _mirrored(etag: str) -> str:
+    """An ETag header's value with its digest mirrored (quotes and a multipart "-N" kept)."""
+    digest, dash, rest = etag.strip('"').partition("-")
+    return f'"{digest.translate(_MIRROR)}{dash}{rest}"'
+
+
+def _mirrored_xml(body: bytes) -> bytes:
+    return _XML_ETAG.sub(lambda m: m.group(1) + m.group(2).decode().translate(_MIRROR).encode(), body)
 
 
 def _altered(value: str) -> str:
@@ -83,7 +99,16 @@ class FaultProxy:
         corrupt_times: int = 1,
         unavailable: str | None = None,
     ):
-        assert set(kinds) <= set(KINDS) and lie in (None, "checksum", "short", "drop", "lost", "reserialise")
+        assert set(kinds) <= set(KINDS) and lie in (
+            None,
+            "checksum",
+            "short",
+            "drop",
+            "lost",
+            "reserialise",
+            "etag",
+            "no-echo",
+        )
         self.upstream_port = upstream_port
         self.rate, self.kinds, self.stall_s = rate, kinds, stall_s
         self.outage_at, self.outage_s = outage_at, outage_s
@@ -102,6 +127,7 @@ class FaultProxy:
         self.faults: Counter[str] = Counter()
         self.lies = 0
         self.body_bytes = 0
+        self.write_headers: Counter[str] = Counter()
         self.outages = 0
         self.down = threading.Event()
         self.closed = threading.Event()
@@ -163,6 +189,8 @@ class FaultProxy:
             lie = bool(self.lie and self.lie_path in path and self.lies_left > 0)
             if lie and self.lie == "drop" and command not in _WRITES:
                 lie = False
+            if lie and self.lie in ("reserialise", "no-echo") and command not in _WRITES:
+                lie = False
             if lie and self.lie == "reserialise" and command != "PUT":
                 lie = False
             if lie:
@@ -203,6 +231,8 @@ class FaultProxy:
                 body = self._body()
                 with proxy._lock:
                     proxy.body_bytes += len(body)
+                    if self.command in _WRITES:
+                        proxy.write_headers.update({k.lower() for k in self.headers})
                 if proxy.down.is_set():
                     self._reset()
                     return
@@ -241,6 +271,8 @@ class FaultProxy:
                         proxy.corrupted += int(flip)
                     if flip:
                         body = bytes([body[0] ^ 0xFF]) + body[1:]
+                if lie and proxy.lie == "etag" and self.command == "POST":  # the part ETags of a commit
+                    body = _mirrored_xml(body)
                 self._forward(body, fault, lie)
 
             def _forward(self, body: bytes, fault: str | None, lie: bool) -> None:
@@ -251,6 +283,8 @@ class FaultProxy:
                 upstream.request(self.command, self.path, body=body or None, headers=headers)
                 response = upstream.getresponse()
                 payload = response.read()
+                if lie and proxy.lie == "etag":
+                    payload = _mirrored_xml(payload)
                 upstream.close()
                 if fault == "stall" or (lie and proxy.lie == "lost"):  # the store did the work; no answer comes
                     if fault == "stall":
@@ -265,6 +299,10 @@ class FaultProxy:
                         continue
                     if lie and proxy.lie == "checksum" and key.lower() in CHECKSUM_HEADERS:
                         value = _altered(value)
+                    if lie and proxy.lie == "etag" and key.lower() == "etag":
+                        value = _mirrored(value)
+                    if lie and proxy.lie == "no-echo" and key.lower() == "x-amz-checksum-crc32c":
+                        continue
                     self.send_header(key, value)
                 # A HEAD answer has no body but keeps the object's Content-Length.
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
