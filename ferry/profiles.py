@@ -148,6 +148,14 @@ class Profile(BaseModel):
     # (credentials.sse_customer_key_env or _secret).
     kms_key_id: str | None = Field(default=None, min_length=1, exclude=True)
 
+    @model_validator(mode="after")
+    def _one_encryption(self) -> Profile:
+        if self.kms_key_id and self.credentials.named("sse_customer_key"):
+            raise ValueError(
+                "kms_key_id and credentials.sse_customer_key: an object is encrypted by KMS or by your key, name one"
+            )
+        return self
+
     def encryption_args(self) -> dict[str, str]:
         """The SSE-KMS arguments of an S3 write (none without kms_key_id)."""
         return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.kms_key_id} if self.kms_key_id else {}

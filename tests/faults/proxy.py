@@ -19,7 +19,8 @@ And the fixed faults the older tests use: every `every`-th request a 503, writes
 with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource.
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
-bytes included), `write_headers` (how many writes carried each header, by lower-case name).
+bytes included), `write_headers` (how many writes carried each header, by lower-case name), `headers` (the same
+for every request, by method and name).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class FaultProxy:
         self.lies = 0
         self.body_bytes = 0
         self.write_headers: Counter[str] = Counter()
+        self.headers: Counter[tuple[str, str]] = Counter()
         self.outages = 0
         self.down = threading.Event()
         self.closed = threading.Event()
@@ -231,8 +233,10 @@ class FaultProxy:
                 body = self._body()
                 with proxy._lock:
                     proxy.body_bytes += len(body)
+                    names = {k.lower() for k in self.headers}
+                    proxy.headers.update((self.command, name) for name in names)
                     if self.command in _WRITES:
-                        proxy.write_headers.update({k.lower() for k in self.headers})
+                        proxy.write_headers.update(names)
                 if proxy.down.is_set():
                     self._reset()
                     return

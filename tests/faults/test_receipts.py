@@ -15,7 +15,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from ferry.errors import UsageError
+from connectors import s3 as s3_connector
+from connectors.base import WriteSpec
+from connectors.checksum import crc32c, label
+from connectors.registry import open_connector
+from ferry.errors import ChecksumMismatch, UsageError
 from ferry.profiles import Credentials, Profile
 from ferry.results import Status
 from ferry.sync import SyncResult, run_sync
@@ -30,11 +34,27 @@ def s3(moto_env) -> Store:
     return Store("s3", moto_env)
 
 
+@pytest.fixture(autouse=True)
+def _no_endpoint_known() -> None:
+    """Each test starts with no endpoint known not to echo (a proxy's port may be another test's again)."""
+    s3_connector._NO_ECHO.clear()
+
+
+def _customer_key(monkeypatch) -> tuple[str, Credentials]:
+    key = base64.b64encode(os.urandom(32)).decode()
+    monkeypatch.setenv("FERRY_TEST_SSE_KEY", key)
+    return key, Credentials(sse_customer_key_env="FERRY_TEST_SSE_KEY")
+
+
+def _profile(proxy: FaultProxy, **settings) -> Profile:
+    return Profile(type="s3", endpoint_url=proxy.endpoint, min_part_size=256 << 10, **settings)
+
+
 def _sync(tmp_path: Path, bucket: str, proxy: FaultProxy, state: str, **settings) -> SyncResult:
     """tmp_path/src into bucket/p through proxy, by a profile with settings."""
-    profile = Profile(type="s3", endpoint_url=proxy.endpoint, min_part_size=256 << 10, **settings)
-    return run_sync(str(tmp_path / "src"), f"liar://{bucket}/p", SETTINGS, profiles={"liar": profile},
-                    state_dir=tmp_path / state)  # fmt: skip
+    profiles = {"liar": _profile(proxy, **settings)}
+    source, target = str(tmp_path / "src"), f"liar://{bucket}/p"
+    return run_sync(source, target, SETTINGS, profiles=profiles, state_dir=tmp_path / state)
 
 
 def _heads(s3: Store, bucket: str) -> dict[str, dict]:
@@ -42,20 +62,23 @@ def _heads(s3: Store, bucket: str) -> dict[str, dict]:
     return {key: client.head_object(Bucket=bucket, Key=f"p/{key}") for key in s3.held(bucket)}
 
 
-@pytest.mark.parametrize("encrypted", [True, False], ids=["sse-kms", "unencrypted"])
+@pytest.mark.parametrize("encrypted", ["sse-kms", "sse-c", None], ids=["sse-kms", "sse-c", "unencrypted"])
 def test_an_etag_that_is_not_the_md5_is_a_mismatch_only_where_the_object_is_not_encrypted(
-    s3: Store, tmp_path, encrypted: bool
+    s3: Store, tmp_path, monkeypatch, encrypted: str | None
 ) -> None:
     files = make_source(tmp_path / "src")
     bucket = s3.new_place()
-    settings = {"kms_key_id": KMS_KEY} if encrypted else {}
+    # (An SSE-C answer does not always say so, a commit's never: the profile's key does.)
+    settings = {"sse-kms": {"kms_key_id": KMS_KEY}, "sse-c": {"credentials": _customer_key(monkeypatch)[1]}}
+    settings = settings.get(encrypted, {})
     with FaultProxy(s3.server.port, lie="etag") as proxy:
         result = _sync(tmp_path, bucket, proxy, "state", **settings)
     if encrypted:
         assert result.ok and result.gate.status == Status.PASS, result.stats.failures
         assert s3.held(bucket) == files
-        heads = _heads(s3, bucket)
-        assert {(h["ServerSideEncryption"], h["SSEKMSKeyId"]) for h in heads.values()} == {("aws:kms", KMS_KEY)}
+        if encrypted == "sse-kms":
+            heads = _heads(s3, bucket).values()
+            assert {(h["ServerSideEncryption"], h["SSEKMSKeyId"]) for h in heads} == {("aws:kms", KMS_KEY)}
     else:
         assert not result.ok and result.stats.failed == len(files), result.stats.failures
         assert all("holds MD5" in failure for failure in result.stats.failures), result.stats.failures
@@ -90,21 +113,32 @@ def test_a_store_that_does_not_echo_the_crc32c_is_checked_by_content_md5(s3: Sto
 
 
 def test_sse_c_sends_the_customer_key_with_every_object_request_and_never_shows_it(
-    s3: Store, tmp_path, monkeypatch
+    s3: Store, tmp_path, monkeypatch, capfd
 ) -> None:
     files = make_source(tmp_path / "src")
     bucket = s3.new_place()
-    key = base64.b64encode(os.urandom(32)).decode()
-    monkeypatch.setenv("FERRY_TEST_SSE_KEY", key)
-    credentials = Credentials(sse_customer_key_env="FERRY_TEST_SSE_KEY")
+    key, credentials = _customer_key(monkeypatch)
     with FaultProxy(s3.server.port) as proxy:
         result = _sync(tmp_path, bucket, proxy, "state", credentials=credentials)
+        # A resume asks whether an upload is still open: ListParts, with the key too.
+        target = open_connector(f"liar://{bucket}/p", {"liar": _profile(proxy, credentials=credentials)})
+        upload = target.begin("resumed.bin", WriteSpec(), 256 << 10)
+        assert target.upload_alive("resumed.bin", upload)
+        target.abort("resumed.bin", upload)
+        assert not target.upload_alive("resumed.bin", upload)
     assert result.ok and s3.held(bucket) == files, result.stats.failures
+    customer = "x-amz-server-side-encryption-customer-key"
     writes = proxy.write_headers["host"]  # every request carries it
     assert writes >= len(files) + 2  # two objects, the upload's begin, its parts and commit
-    assert proxy.write_headers["x-amz-server-side-encryption-customer-key"] == writes
-    assert proxy.write_headers["x-amz-server-side-encryption-customer-algorithm"] == writes
-    assert key not in repr(result) and not any(key in p.read_text(errors="replace") for p in tmp_path.rglob("*.json"))
+    assert proxy.write_headers[customer] == writes
+    assert proxy.write_headers[f"{customer[:-4]}-algorithm"] == writes
+    # Reads too: each HEAD of an object (all but the bucket's own, at the start) and each ListParts.
+    assert proxy.headers[("HEAD", customer)] == proxy.headers[("HEAD", "host")] - 1 >= 1
+    assert proxy.headers[("GET", f"{customer}-md5")] == 2
+    output = capfd.readouterr()
+    shown = [output.out, output.err, repr(result)]
+    shown += [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".bin"]
+    assert not any(key in text for text in shown)
 
 
 @pytest.mark.parametrize("value", ["c2hvcnQ=", "not base64 at all!"], ids=["16-bytes", "not-base64"])
@@ -114,3 +148,29 @@ def test_an_sse_c_key_that_is_not_32_bytes_of_base64_is_one_line_naming_the_fiel
     with pytest.raises(UsageError, match=r"^credentials.sse_customer_key: the key must be 32 bytes") as caught:
         profile.customer_key()
     assert value not in str(caught.value)
+
+
+def test_kms_and_a_customer_key_together_are_refused() -> None:
+    credentials = Credentials(sse_customer_key_env="FERRY_TEST_SSE_KEY")
+    with pytest.raises(ValueError, match="kms_key_id and credentials.sse_customer_key"):
+        Profile(type="s3", kms_key_id=KMS_KEY, credentials=credentials)
+
+
+@pytest.mark.parametrize("truthful", [True, False], ids=["source-checksum-holds", "source-checksum-differs"])
+def test_a_server_side_copy_whose_etag_differs_is_proven_by_the_stores_crc32c(s3: Store, truthful: bool) -> None:
+    source_bucket, target_bucket = s3.new_place(), s3.new_place()
+    # The target answers as an SSE-KMS bucket would: the copy's ETag is not the source's MD5.
+    with FaultProxy(s3.server.port, lie="etag", lie_path=f"/{target_bucket}/") as proxy:
+        profiles = {"liar": _profile(proxy)}
+        source = open_connector(f"liar://{source_bucket}/a", profiles)
+        target = open_connector(f"liar://{target_bucket}/b", profiles)
+        data = os.urandom(300 * 1024)
+        source.put("obj", data, WriteSpec(checksum=label(crc32c(data) if truthful else crc32c(data) ^ 1)))
+        info = next(source.list())
+        assert info.checksum is None, "a listing gives no checksum: the source is asked by one HEAD"
+        if truthful:
+            assert target.copy_from(source, info, "copied").size == len(data)
+        else:
+            with pytest.raises(ChecksumMismatch, match="the copy holds CRC32C"):
+                target.copy_from(source, info, "copied")
+    assert proxy.headers[("HEAD", "host")] == 1
