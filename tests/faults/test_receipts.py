@@ -94,7 +94,7 @@ def test_with_receipt_crc32c_the_echo_is_the_check_and_no_md5_is_sent(s3: Store,
     assert proxy.write_headers["content-md5"] == 0
     # Every write but the upload's begin carried a CRC32C: each object, each part, the commit (the whole object's).
     assert proxy.write_headers["x-amz-checksum-crc32c"] == proxy.write_headers["host"] - 1
-    # A wrong echo fails the write, and the next run with a truthful store mends it.
+    # A wrong echo fails the write (after one more copy): nothing is taken for verified.
     bucket = s3.new_place()
     with FaultProxy(s3.server.port, lie="checksum", lie_path="/p/small/") as proxy:
         result = _sync(tmp_path, bucket, proxy, "state2", receipt="crc32c")

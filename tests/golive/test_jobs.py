@@ -68,19 +68,32 @@ class ProbeKubelet:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.nodes: dict[str, str] = {}
+        self.error: Exception | None = None
 
     def _run(self) -> None:
+        from kubernetes.client.rest import ApiException
+
         core = self.plane.core()
-        while not self.stop.wait(0.05):
-            for pod in core.list_namespaced_pod(self.namespace, label_selector=_PROBE_POD).items:
-                name, which = pod.metadata.name, pod.metadata.labels[_PROBE_POD]
-                if pod.metadata.deletion_timestamp is not None:
-                    core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
-                elif pod.spec.node_name and not (pod.status and pod.status.phase in ("Running", "Succeeded", "Failed")):
-                    self.nodes[which] = pod.spec.node_name
-                    status = self._status(which, pod.spec.containers[0])
-                    if status:
-                        core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+        try:
+            while not self.stop.wait(0.05):
+                for pod in core.list_namespaced_pod(self.namespace, label_selector=_PROBE_POD).items:
+                    try:
+                        self._tend(core, pod)
+                    except ApiException as exc:
+                        if exc.status != 404:  # gone since the listing (the garbage collector, the API server)
+                            raise
+        except Exception as exc:  # noqa: BLE001 - raised in the test by __exit__, not lost in the thread
+            self.error = exc
+
+    def _tend(self, core: Any, pod: Any) -> None:
+        name, which = pod.metadata.name, pod.metadata.labels[_PROBE_POD]
+        if pod.metadata.deletion_timestamp is not None:
+            core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        elif pod.spec.node_name and not (pod.status and pod.status.phase in ("Running", "Succeeded", "Failed")):
+            self.nodes[which] = pod.spec.node_name
+            status = self._status(which, pod.spec.containers[0])
+            if status:
+                core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
 
     def _status(self, which: str, container: Any) -> dict | None:
         now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -113,6 +126,8 @@ class ProbeKubelet:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(10)
+        if self.error is not None:
+            raise RuntimeError(f"the probe's test kubelet stopped: {self.error}") from self.error
 
 
 def _probe_objects(plane: ControlPlane, namespace: str) -> list[str]:
