@@ -183,9 +183,17 @@ class S3Connector(Connector):
         self._echo_verified = receipt == "crc32c" or (receipt == "auto" and host.endswith(".amazonaws.com"))
         # SSE-KMS on every write (the encryption a profile names), SSE-C on every request of an object.
         self._encryption = dict(encryption or {})
-        self._customer = (
-            {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": customer_key} if customer_key is not None else {}
-        )
+        self._customer: dict = {}
+        self._customer_encoded: dict = {}
+        if customer_key is not None:
+            self._customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": customer_key}
+            # ListParts (a resume's "is the upload open?") needs the key too, and botocore does not encode it for
+            # that call (given raw, its validation error would quote it).
+            self._customer_encoded = {
+                "SSECustomerAlgorithm": "AES256",
+                "SSECustomerKey": base64.b64encode(customer_key).decode(),
+                "SSECustomerKeyMD5": hex_to_b64(md5_hex(customer_key)),
+            }
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> S3Connector:
@@ -427,20 +435,10 @@ class S3Connector(Connector):
             self._call(self._what(key), self.client.abort_multipart_upload, Key=self._full(key), UploadId=upload_id)
 
     def upload_alive(self, key: str, upload_id: str) -> bool:
-        # ListParts of an SSE-C upload begun with a checksum needs the key, which botocore does not encode for this
-        # call (given raw, its validation error would quote it): encoded here.
-        customer = {}
-        if self._customer:
-            raw = self._customer["SSECustomerKey"]
-            customer = {
-                "SSECustomerAlgorithm": "AES256",
-                "SSECustomerKey": base64.b64encode(raw).decode(),
-                "SSECustomerKeyMD5": base64.b64encode(hashlib.md5(raw, usedforsecurity=False).digest()).decode(),
-            }
         try:
             self._call(
                 self._what(key), self.client.list_parts, Key=self._full(key), UploadId=upload_id, MaxParts=1,
-                **customer,
+                **self._customer_encoded,
             )  # fmt: skip
         except NotFoundError:
             return False
