@@ -263,15 +263,26 @@ def covers(deny: Statement, allow: Statement) -> bool:
     return all(not _overlaps(a, n) for a in allow.resources for n in deny.resources)
 
 
+def _disjoint(a: str, b: str) -> bool:
+    """Whether no resource matches both ARN patterns, provably: their literal heads (up to a wildcard) part ways."""
+    head_a, head_b = re.split(r"[*?]", a, maxsplit=1)[0], re.split(r"[*?]", b, maxsplit=1)[0]
+    return not (head_a.startswith(head_b) or head_b.startswith(head_a))
+
+
 def denied_together(denies: list[Statement], actions: set[str]) -> set[str]:
     """The actions that denies deny on every resource together though none does alone: a Deny on every resource but
-    some (NotResource) and Denies on those (Resource), `data/*` denied and everything outside `data/*` denied."""
+    some (NotResource), with each of those denied by another Deny, on it (Resource: `data/*` denied and everything
+    outside `data/*` denied) or on everything outside a pattern it does not overlap (NotResource `data/*` and
+    NotResource `Data/*`: ARNs are case-sensitive)."""
     found: set[str] = set()
     for excluding in (d for d in denies if d.not_resource):
         together = actions & excluding.actions
         for pattern in excluding.resources:
-            on = [d for d in denies if not d.not_resource and any(wildcard(r, False).match(pattern)
-                                                                  for r in d.resources)]  # fmt: skip
+            on = [
+                d for d in denies
+                if (not d.not_resource and any(wildcard(r, False).match(pattern) for r in d.resources))
+                or (d.not_resource and d is not excluding and all(_disjoint(r, pattern) for r in d.resources))
+            ]  # fmt: skip
             together &= set().union(*(d.actions for d in on))
         found |= together
     return found

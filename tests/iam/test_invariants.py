@@ -169,9 +169,22 @@ SPLIT_DENY = {
 }
 
 
+# And again: two Denies on everything outside data/* and outside Data/* (ARNs are case-sensitive: no resource is
+# in both, so together they deny every one).
+CASE_SPLIT_DENY = {
+    "users": {"u0": ([], [
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "*"},
+        {"Effect": "Deny", "Action": ["s3:GetObject"], "NotResource": "arn:aws:s3:::data/*"},
+        {"Effect": "Deny", "Action": ["s3:GetObject"], "NotResource": "arn:aws:s3:::Data/*"},
+    ])},
+    "groups": {},
+}  # fmt: skip
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(accounts)
 @example(SPLIT_DENY)
+@example(CASE_SPLIT_DENY)
 def test_never_above_what_the_source_allows(spec: dict) -> None:
     bound = levels(spec)
     for user, (groups, statements) in spec["users"].items():
