@@ -2,13 +2,15 @@
 
 Listings of both sides are merge-joined with the transfer state. An object it recorded as
 verified, whose source and target are still exactly what they were then (same signatures), is
-counted verified without reading it; an object changed on either side since is a FAIL. Objects
-the state does not know are compared by stored checksums, or by reading both when a side
-stores none. `deep=True` re-reads every target object and compares its checksum.
+counted verified without reading it (or adopted, by its proof, when another tool wrote it and a
+sync proved it equal); an object changed on either side since is a FAIL. Objects the state does
+not know are compared by stored checksums, or by reading both when a side stores none.
+`deep=True` re-reads every target object and compares its checksum.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -16,6 +18,8 @@ from connectors.base import Connector, ObjectInfo
 from connectors.transfer import (
     COMPARE,
     COPY,
+    EQUAL,
+    PROOFS,
     SKIP,
     Action,
     ObjectRecord,
@@ -54,8 +58,11 @@ class DataTally:
             "verified_by_state": 0,
             "verified_by_stored_checksum": 0,
             "verified_by_reading": 0,
+            # Objects another tool wrote, proven equal without a copy (connectors.transfer.adopt), by proof.
+            **{f"adopted_by_{proof}": 0 for proof in PROOFS},
             "could_not_compare": 0,
         }
+        self._lock = threading.Lock()  # a run's outcomes of its compares come from its workers
         # The first keys of each kind of problem (extra objects too, failing or not), in key order.
         self.evidence: dict[str, list[str]] = {}
 
@@ -77,18 +84,20 @@ class DataTally:
         """Count one action of a sync that copied, deleted and failed nothing.
 
         Then the diff's own listing is the target's state: a SKIP of an object both sides hold
-        means the state's verified record matched both signatures, and a COMPARE found the
-        stored (or, with --checksum, re-read) checksums equal.
+        means the state's verified record matched both signatures, and an EQUAL (a COMPARE's
+        outcome) that the object was proven equal: adopted by its proof, or re-read (--checksum).
         """
-        if action.kind == COPY:
-            return  # the run changes the target: its gate re-lists both sides instead
-        self.listed(action.src, action.dst)
-        if action.src is None:
-            self.problem("extra_in_target", action.key)
-        elif action.kind == SKIP:
-            self.counts["verified_by_state"] += 1
-        elif action.kind == COMPARE:
-            self.counts["verified_by_reading" if action.reason == "--checksum" else "verified_by_stored_checksum"] += 1
+        if action.kind in (COPY, COMPARE):
+            return  # a copy changes the target (its gate re-lists both sides); a compare's outcome follows
+        with self._lock:
+            self.listed(action.src, action.dst)
+            if action.src is None:
+                self.problem("extra_in_target", action.key)
+            elif action.kind == SKIP:
+                proof = action.record.proof if action.record else None
+                self.counts[f"adopted_by_{proof}" if proof else "verified_by_state"] += 1
+            elif action.kind == EQUAL:
+                self.counts["verified_by_reading" if action.record else f"adopted_by_{action.reason}"] += 1
 
     def result(self, settings: TransferSettings, note: str | None = None) -> CheckResult:
         counts = self.counts
@@ -133,7 +142,7 @@ def check_data(
 
 def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
     kind, key, detail = outcome
-    if kind.startswith("verified"):
+    if kind.startswith(("verified", "adopted")):
         tally.counts[kind] += 1
     else:
         tally.problem(kind, key, detail)
@@ -150,7 +159,9 @@ def _by_state(
         return "changed_after_copy", src.key, "the target object was rewritten after ferry verified it"
     if record.src_sig != src.signature:
         return "changed_after_copy", src.key, "the source object changed after the copy"
-    return None if deep else ("verified_by_state", src.key, "")
+    if deep:
+        return None
+    return (f"adopted_by_{record.proof}" if record.proof else "verified_by_state"), src.key, ""
 
 
 def _compare(

@@ -33,6 +33,7 @@ from azure.storage.blob import BlobClient, BlobProperties, BlobServiceClient, Co
 from requests.adapters import HTTPAdapter
 
 from connectors.base import (
+    MD5,
     READ_TIMEOUT_S,
     Capabilities,
     Connector,
@@ -304,6 +305,8 @@ class AzureBlobConnector(Connector):
             checksum=checksum,
             content_type=props.content_settings.content_type,
             metadata=metadata,
+            # Azure keeps a blob's Content-MD5 where its writer gave one (or a one-request Put Blob made it).
+            digests={MD5: bytes(md5).hex()} if (md5 := props.content_settings.content_md5) else {},
         )
 
     @staticmethod

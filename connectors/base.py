@@ -43,6 +43,16 @@ class ObjectInfo:
     content_type: str | None = None
     # User metadata; None when the call that produced this did not fetch it (listings).
     metadata: Mapping[str, str] | None = None
+    # What the store itself says of the bytes, by kind (below): the proofs that an object another tool wrote
+    # equals the source's, so that it is adopted instead of copied again. None when the call did not fetch them.
+    digests: Mapping[str, str] | None = None
+
+
+# The kinds of digest a store gives: full-object checksums S3 computes or keeps (its base64 form), the MD5 of the
+# bytes (hex: an unencrypted S3 object's plain ETag, Azure's Content-MD5) and the MD5 of the parts' MD5s with their
+# count (hex-N: an unencrypted S3 multipart ETag).
+FULL_OBJECT_DIGESTS = ("crc64nvme", "crc32", "sha256", "sha1")
+MD5, MD5_OF_PARTS = "md5", "md5-parts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +180,10 @@ class Connector(abc.ABC):
         """The whole object and its metadata; a store that answers both in one call overrides this."""
         info = self.stat(key)
         return self.open_range(key, 0, info.size), info
+
+    def part_size(self, key: str) -> int | None:
+        """The size of the parts a multipart object was written in, where the store tells; None otherwise."""
+        return None
 
     def can_copy_from(self, source: Connector) -> bool:
         """True when source lives in the same store, so copy_from needs no bytes through us."""

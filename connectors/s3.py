@@ -19,6 +19,9 @@ import botocore.exceptions
 from botocore.config import Config
 
 from connectors.base import (
+    FULL_OBJECT_DIGESTS,
+    MD5,
+    MD5_OF_PARTS,
     READ_TIMEOUT_S,
     Capabilities,
     Connector,
@@ -118,6 +121,12 @@ def _multipart_etag(parts: list[Part]) -> str | None:
 
 def _plain_md5(etag: str) -> bool:
     return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
+
+
+def _multipart_md5(etag: str) -> bool:
+    """Whether etag has the form of S3's multipart ETag, the MD5 of the parts' MD5s and their count."""
+    digest, dash, count = etag.partition("-")
+    return bool(dash) and _plain_md5(digest) and count.isdigit()
 
 
 def _etag_is_md5(response: dict) -> bool:
@@ -279,22 +288,41 @@ class S3Connector(Connector):
         )
         return self._info(key, head)
 
-    @staticmethod
-    def _info(key: str, head: dict) -> ObjectInfo:
+    def _info(self, key: str, head: dict) -> ObjectInfo:
         """ObjectInfo from a HEAD or GET response; ferry's checksum is taken out of the user metadata."""
         metadata = dict(head.get("Metadata", {}))
         checksum = metadata.pop(CHECKSUM_META, None)
+        etag = head["ETag"].strip('"')
+        # A checksum of the whole object: S3 says FULL_OBJECT; a single-part object's is one whatever it says (moto
+        # gives no type); a multipart one of another type is a checksum of checksums ("...-N").
+        whole = head.get("ChecksumType") == "FULL_OBJECT" or ("ChecksumType" not in head and "-" not in etag)
         native = head.get("ChecksumCRC32C")
-        if checksum is None and native and head.get("ChecksumType") == "FULL_OBJECT":
+        if checksum is None and native and whole:
             checksum = label(from_b64(native))
+        digests = {}
+        if whole:
+            digests = {kind: value for kind in FULL_OBJECT_DIGESTS if (value := head.get(f"Checksum{kind.upper()}"))}
+        if self._md5_etag(head):
+            if _plain_md5(etag):
+                digests[MD5] = etag
+            elif _multipart_md5(etag):
+                digests[MD5_OF_PARTS] = etag
         return ObjectInfo(
             key=key,
             size=head["ContentLength"],
-            signature=head["ETag"].strip('"'),
+            signature=etag,
             checksum=checksum,
             content_type=head.get("ContentType"),
             metadata=metadata,
+            digests=digests,
         )
+
+    def part_size(self, key: str) -> int | None:
+        """The first part's size, from a HEAD of part 1 (every part but the last has it, as tools write them)."""
+        head = self._call(
+            self._what(key), self.client.head_object, Key=self._full(key), PartNumber=1, **self._customer
+        )
+        return head["ContentLength"] if head.get("PartsCount") else None
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
         what = self._what(key)

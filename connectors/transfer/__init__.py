@@ -3,10 +3,11 @@
 One module per concern: settings (the knobs), diff (what to do with each key), stats (what was
 done), scheduler (who runs what, under the byte budget), retry (the transient-error and checksum
 mismatch policies), route (how bytes travel), state (one shard's durable record) and engine
-(the transfer itself). Callers import from here.
+(the transfer itself), adopt (proving what another tool wrote equal). Callers import from here.
 """
 
-from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff, merge_join
+from connectors.transfer.adopt import PROOFS
+from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action, diff, merge_join
 from connectors.transfer.engine import Transfer, abort_incomplete
 from connectors.transfer.retry import hash_object, listing, retrying
 from connectors.transfer.settings import TransferSettings, bounds, effective_threads, part_size_for
@@ -17,6 +18,8 @@ __all__ = [
     "COMPARE",
     "COPY",
     "DELETE",
+    "EQUAL",
+    "PROOFS",
     "SKIP",
     "Action",
     "LatencyHistogram",

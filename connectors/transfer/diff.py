@@ -14,6 +14,9 @@ from connectors.transfer.state import ObjectRecord
 from ferry.errors import PermanentError
 
 COPY, SKIP, DELETE, COMPARE = "copy", "skip", "delete", "compare"
+# A COMPARE's outcome when the target's object is proven to hold the source's bytes (its reason: the proof); without a
+# record in the state, the object is adopted.
+EQUAL = "equal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,4 +98,4 @@ def decide(
         if r.dst_sig != d.signature:
             return Action(COPY, key, s, d, r, "target changed since last sync")
         return Action(COPY, key, s, d, r, "source changed since last sync")
-    return Action(COMPARE, key, s, d, r, "no record: compare stored checksums")
+    return Action(COMPARE, key, s, d, r, "no record: prove it equal, or copy it")

@@ -21,8 +21,9 @@ import structlog
 
 from connectors.base import Connector, ObjectInfo, Part, WriteSpec
 from connectors.checksum import combine_parts, label, parse
-from connectors.transfer.diff import COMPARE, COPY, DELETE, SKIP, Action, diff
-from connectors.transfer.retry import Recopy, hash_object, listing, retrying
+from connectors.transfer.adopt import READING, prove
+from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action, diff
+from connectors.transfer.retry import Recopy, listing, read_digests, retrying
 from connectors.transfer.route import Route, Upload
 from connectors.transfer.scheduler import Parts, Scheduler, Slot
 from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
@@ -346,21 +347,27 @@ class Transfer:
 
     # -- compare and delete ------------------------------------------------------------------------
     def _compare(self, action: Action) -> None:
-        """Equal sizes and no record in the state (or --checksum): compare checksums, copy if they differ."""
+        """Equal sizes and no record in the state (or --checksum): prove the target's object equal and record it
+        (adopted, when ferry has no record of it), or copy it. Its outcome goes to on_action: EQUAL or COPY."""
         key, src, dst = action.key, action.src, action.dst
         assert src is not None and dst is not None
         try:
-            src_sum, dst_sum = self._checksums(src, dst)
+            equal, how, checksum = self._prove(src, dst)
         except Exception as exc:  # noqa: BLE001
             self._fail(key, exc)
             return
-        if src_sum is not None and src_sum == dst_sum:
-            self.stats.add(skipped=1, bytes_skipped=src.size)
+        if equal:
+            if action.record is None:
+                self.stats.adopt(how, src.size)
+            else:
+                self.stats.add(skipped=1, bytes_skipped=src.size)
             if not self.settings.dry_run:
-                self.state.record_object(ObjectRecord(key, src.size, src.signature, dst.signature, src_sum))
+                proof = how if action.record is None else None
+                self.state.record_object(ObjectRecord(key, src.size, src.signature, dst.signature, checksum, proof))
+            if self.on_action is not None:
+                self.on_action(Action(EQUAL, key, src, dst, action.record, how))
             return
-        reason = "checksums differ" if dst_sum is not None else "target has no stored checksum"
-        copy = Action(COPY, key, src, dst, action.record, reason)
+        copy = Action(COPY, key, src, dst, action.record, how)
         if self.on_action is not None:
             self.on_action(copy)
         self.stats.add(to_copy=1, bytes_to_copy=src.size)
@@ -372,19 +379,24 @@ class Transfer:
             # A worker never waits for a slot (that could starve the parts that free one).
             self._start_large(LargeJob(copy, self._sched.open_large_slot(None)))
 
-    def _checksums(self, src: ObjectInfo, dst: ObjectInfo) -> tuple[str | None, str | None]:
+    def _prove(self, src: ObjectInfo, dst: ObjectInfo) -> tuple[bool, str, str | None]:
+        """(equal, the proof or why not, ferry's checksum of the bytes where known): --checksum reads both sides."""
         if self.settings.checksum:
-            return self._hash(self.source, src), self._hash(self.target, dst)
-        held = self._call(self.target.stat, dst.key).checksum
-        if held is None:
-            return None, None
-        source_sum = self._call(self.source.stat, src.key).checksum or self._hash(self.source, src)
-        return source_sum, held
+            src_sum, dst_sum = self._hash(self.source, src), self._hash(self.target, dst)
+            if src_sum == dst_sum:
+                return True, READING, src_sum
+            return False, f"checksums differ ({src_sum}, {dst_sum})", None
+        return prove(self.source, self.target, src, dst, self._call, self._read)
 
-    def _hash(self, connector: Connector, info: ObjectInfo) -> str:
-        checksum = hash_object(connector, info, self.settings.part_size, self._retrying)
+    def _read(self, connector: Connector, info: ObjectInfo, md5: bool, part_size: int | None) -> ObjectInfo:
+        read = read_digests(connector, info, self.settings.part_size, self._retrying, md5=md5, part_size=part_size)
         if connector is self.source:
             self.stats.add(bytes_read=info.size)
+        return read
+
+    def _hash(self, connector: Connector, info: ObjectInfo) -> str:
+        checksum = self._read(connector, info, False, None).checksum
+        assert checksum is not None
         return checksum
 
     def _submit_delete(self, action: Action) -> None:

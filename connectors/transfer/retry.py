@@ -3,6 +3,8 @@ whole-object hashes), and checksum mismatches (copied once more, then failed).""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -17,7 +19,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from connectors.base import Connector, ObjectInfo
+from connectors.base import MD5, MD5_OF_PARTS, Connector, ObjectInfo
 from connectors.checksum import crc32c, label
 from connectors.transfer.settings import TransferSettings
 from ferry.errors import ChecksumMismatch, TransientError
@@ -95,12 +97,45 @@ def listing(
 
 def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:
     """Read an object one chunk at a time and return its checksum label."""
+    checksum = read_digests(connector, info, chunk, policy).checksum
+    assert checksum is not None
+    return checksum
+
+
+def read_digests(
+    connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying, *, md5: bool = False,
+    part_size: int | None = None,
+) -> ObjectInfo:  # fmt: skip
+    """info with what one read of the object, a chunk at a time, gives: its CRC32C as the checksum, and as digests
+    its MD5 (md5) and the MD5 of its MD5s per part_size bytes (what S3 makes a multipart ETag of)."""
     value, offset = 0, 0
+    whole = hashlib.md5(usedforsecurity=False) if md5 else None
+    parts: list[bytes] = []
+    part, left = None, 0
     while offset < info.size:
         length = min(chunk, info.size - offset)
-        value = crc32c(policy.copy()(connector.open_range, info.key, offset, length), value)
+        data = policy.copy()(connector.open_range, info.key, offset, length)
+        value = crc32c(data, value)
+        if whole is not None:
+            whole.update(data)
+        view = memoryview(data) if part_size else memoryview(b"")
+        while view:  # the part boundaries, wherever they fall in the chunks
+            if part is None:
+                part, left = hashlib.md5(usedforsecurity=False), part_size or 0
+            part.update(view[:left])
+            view, left = view[left:], left - len(view[:left])
+            if not left:
+                parts.append(part.digest())
+                part = None
         offset += length
-    return label(value)
+    if part is not None:
+        parts.append(part.digest())
+    digests = {}
+    if whole is not None:
+        digests[MD5] = whole.hexdigest()
+    if part_size:
+        digests[MD5_OF_PARTS] = f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+    return dataclasses.replace(info, checksum=label(value), digests=digests)
 
 
 class Recopy:

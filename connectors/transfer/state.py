@@ -10,6 +10,7 @@ because a finished object that was not yet committed is found equal by the next 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -28,8 +29,10 @@ FOLDER = "transfers"
 _SCHEMA = """
 -- The shard this file holds: written once, when the file is created.
 CREATE TABLE IF NOT EXISTS shard (source TEXT NOT NULL, target TEXT NOT NULL, prefix TEXT NOT NULL);
+-- proof: NULL for a copy ferry wrote and verified; for an object another tool wrote, how it was proven equal.
 CREATE TABLE IF NOT EXISTS objects (
-    key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL, dst_sig TEXT NOT NULL, checksum TEXT
+    key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL, dst_sig TEXT NOT NULL, checksum TEXT,
+    proof TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS uploads (
     key TEXT PRIMARY KEY, upload_id TEXT NOT NULL, size INTEGER NOT NULL, src_sig TEXT NOT NULL,
@@ -47,13 +50,16 @@ _BATCH_SECONDS = 0.5
 
 @dataclass(frozen=True, slots=True)
 class ObjectRecord:
-    """A verified copy: the source and target signatures it was made between, and its checksum."""
+    """A verified copy: the source and target signatures it was made between, and its checksum.
+
+    An adopted object (another tool wrote it, ferry proved it equal) says by which proof (connectors.transfer.adopt)."""
 
     key: str
     size: int
     src_sig: str
     dst_sig: str
     checksum: str | None
+    proof: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,10 @@ class TransferState:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(objects)")}
+        if "proof" not in columns:  # a state file from before adoption
+            with contextlib.suppress(sqlite3.OperationalError):  # "duplicate column": another process added it
+                self._conn.execute("ALTER TABLE objects ADD COLUMN proof TEXT")
         self._start(source_url, target_url, prefix)
         # Two locks: workers appending finished objects never wait behind a SQLite write.
         self._lock = threading.Lock()
@@ -106,7 +116,7 @@ class TransferState:
         self.flush()
         reader = _connect(self.path)
         try:
-            for row in reader.execute("SELECT key, size, src_sig, dst_sig, checksum FROM objects ORDER BY key"):
+            for row in reader.execute("SELECT key, size, src_sig, dst_sig, checksum, proof FROM objects ORDER BY key"):
                 yield ObjectRecord(*row)
         finally:
             reader.close()
@@ -114,7 +124,9 @@ class TransferState:
     def record_object(self, record: ObjectRecord) -> None:
         """Record a verified copy; committed with the next batch."""
         with self._pending_lock:
-            self._pending.append((record.key, record.size, record.src_sig, record.dst_sig, record.checksum))
+            self._pending.append(
+                (record.key, record.size, record.src_sig, record.dst_sig, record.checksum, record.proof)
+            )
             due = len(self._pending) >= _BATCH_ROWS or time.monotonic() - self._flushed_at > _BATCH_SECONDS
         if due:
             self.flush()
@@ -134,7 +146,7 @@ class TransferState:
             if pending:
                 with self._conn:
                     self._conn.execute("BEGIN")
-                    self._conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)", pending)
+                    self._conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)", pending)
                     failpoint("transfer:state-write")  # inside the transaction, before its commit
 
     # -- multipart uploads ----------------------------------------------------------------------

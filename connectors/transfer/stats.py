@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.transfer.adopt import PROOFS
+
 _FAILURES_KEPT = 100
 
 
@@ -48,8 +50,13 @@ class Stats:
     bytes_to_copy: int = 0
     copied: int = 0
     bytes_copied: int = 0
+    # Not copied: the target already held them (adopted ones included).
     skipped: int = 0
     bytes_skipped: int = 0
+    # Of those, objects another tool wrote that this run proved equal (no record of ferry's), by proof.
+    adopted: int = 0
+    bytes_adopted: int = 0
+    adopted_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROOFS, 0))
     deleted: int = 0
     failed: int = 0
     rejected: int = 0
@@ -80,6 +87,12 @@ class Stats:
             self.latency.add(time.monotonic() - started)
             self._bump({"copied": 1, **amounts})
 
+    def adopt(self, proof: str, size: int) -> None:
+        """One object adopted (proven equal, not copied) by proof."""
+        with self.lock:
+            self._bump({"skipped": 1, "bytes_skipped": size, "adopted": 1, "bytes_adopted": size})
+            self.adopted_by[proof] += 1
+
     def add_failure(self, message: str, *, rejected: bool) -> None:
         """One object failed: counted, and its message kept for the report (the first ones only)."""
         with self.lock:
@@ -105,6 +118,7 @@ class Stats:
                 "listed": self.objects_listed,
                 "copied": self.copied,
                 "skipped": self.skipped,
+                "adopted": self.adopted,
                 "deleted": self.deleted,
                 "failed": self.failed,
                 "rejected": self.rejected,
@@ -114,11 +128,13 @@ class Stats:
                 "listed": self.bytes_listed,
                 "copied": self.bytes_copied,
                 "skipped": self.bytes_skipped,
+                "adopted": self.bytes_adopted,
                 "read_through_ferry": self.bytes_read,
                 "written_through_ferry": self.bytes_written,
                 "server_side": self.bytes_server_side,
                 "pulled_by_target_from_url": self.bytes_url_pulled,
             },
+            "adopted_by": dict(self.adopted_by),
             "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
             "retries": self.retries,
             "url_copy": self.url_copy,

@@ -216,13 +216,22 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
     if settings.dry_run:
         table.add_row("would copy", str(stats.to_copy), f"{stats.bytes_to_copy:,}")
         table.add_row("would skip", str(objects["skipped"]), f"{sizes['skipped']:,}")
+        table.add_row("  of which adopted", str(objects["adopted"]), f"{sizes['adopted']:,}")
         table.add_row("would delete", str(objects["deleted"]), "")
     else:
         table.add_row("copied", str(objects["copied"]), f"{sizes['copied']:,}")
         table.add_row("skipped (equal)", str(objects["skipped"]), f"{sizes['skipped']:,}")
+        table.add_row("  of which adopted", str(objects["adopted"]), f"{sizes['adopted']:,}")
         table.add_row("deleted", str(objects["deleted"]), "")
         table.add_row("failed", str(objects["failed"]), "")
     out.print(table)
+    if objects["adopted"]:
+        proofs = ", ".join(f"{proof} {n}" for proof, n in summary["adopted_by"].items() if n)
+        out.print(
+            f"adopted (another tool wrote them; proven equal, not copied again), by proof: {proofs}",
+            markup=False,
+            highlight=False,
+        )
     latency = summary["latency_s"]
     figures = [f"duration {summary['duration_s']} s"]
     if stats.copied:  # rates and latencies of nothing copied (a dry run, an unchanged tree) are no figures

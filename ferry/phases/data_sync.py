@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from checks.data import check_data
 from connectors.base import redact_url
 from connectors.registry import open_connector
-from connectors.transfer import COPY, Action, Stats, TransferSettings, TransferState, bounds
+from connectors.transfer import COPY, PROOFS, Action, Stats, TransferSettings, TransferState, bounds
 from ferry.audit import AuditFolder
 from ferry.config import Settings
 from ferry.errors import PermanentError, TransientError, UsageError
@@ -183,6 +183,8 @@ class DataSyncPhase(Phase):
     def changes(self) -> Changes:
         """A dry run of every shard: what would be copied and deleted."""
         totals = {"objects_to_copy": 0, "bytes_to_copy": 0, "objects_to_delete": 0}
+        # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
+        proofs = dict.fromkeys(PROOFS, 0)
         for shard in self.steps():
             result = run_sync(
                 self.loaded.storage("source"),
@@ -194,10 +196,16 @@ class DataSyncPhase(Phase):
             totals["objects_to_copy"] += result.stats.to_copy
             totals["bytes_to_copy"] += result.stats.bytes_to_copy
             totals["objects_to_delete"] += result.stats.deleted
+            for proof, n in result.stats.adopted_by.items():
+                proofs[proof] += n
+        adopted = ""
+        if any(proofs.values()):
+            by = ", ".join(f"{proof} {n}" for proof, n in proofs.items() if n)
+            adopted = f" It adopts {sum(proofs.values())} object(s) another tool wrote there (by proof: {by})."
         text = (
             f"data_sync will copy {totals['objects_to_copy']} object(s), {totals['bytes_to_copy']:,} bytes, "
             f"from {self.loaded.storage('source')} to {self.loaded.storage('target')}"
-            f" and delete {totals['objects_to_delete']} object(s) there."
+            f" and delete {totals['objects_to_delete']} object(s) there.{adopted}"
         )
         return Changes(text, totals)
 

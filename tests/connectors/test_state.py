@@ -43,3 +43,23 @@ def test_a_new_state_dir_starts_empty(tmp_path) -> None:
     assert state.parts("k", "u1") == [] and state.upload("k").upload_id == "u2"
     state.close()
     assert state.path.exists()
+
+
+def test_a_state_file_from_before_adoption_gains_the_proof_column_and_keeps_its_records(tmp_path) -> None:
+    first = TransferState(tmp_path, SOURCE, TARGET, "")
+    path = first.path
+    first.close()
+    with sqlite3.connect(path) as conn:  # the objects table as ferry wrote it before proofs were recorded
+        conn.execute("DROP TABLE objects")
+        conn.execute(
+            "CREATE TABLE objects (key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL,"
+            " dst_sig TEXT NOT NULL, checksum TEXT) WITHOUT ROWID"
+        )
+        conn.execute("INSERT INTO objects VALUES ('old.bin', 3, 's', 't', 'crc32c:00000001')")
+    state = TransferState(tmp_path, SOURCE, TARGET, "")
+    state.record_object(ObjectRecord("seeded.bin", 5, "s2", "t2", None, "md5_etag"))
+    assert list(state.objects()) == [
+        ObjectRecord("old.bin", 3, "s", "t", "crc32c:00000001", None),
+        ObjectRecord("seeded.bin", 5, "s2", "t2", None, "md5_etag"),
+    ]
+    state.close()
