@@ -17,9 +17,12 @@ KINDS = {
     "s3": "connectors.s3:S3Connector",
     "azure": "connectors.azure_blob:AzureBlobConnector",
     "fsspec": "connectors.fsspec_any:FsspecConnector",
+    "synthetic": "connectors.synthetic:SyntheticConnector",
+    "null": "connectors.synthetic:NullConnector",
 }
 # URL scheme -> kind, for URLs that name no profile.
-SCHEMES = {"": "local", "file": "local", "s3": "s3", "az": "azure", "azure": "azure"}
+SCHEMES = {"": "local", "file": "local", "s3": "s3", "az": "azure", "azure": "azure", "synthetic": "synthetic",
+           "null": "null"}
 INSTALL_HINTS = {"azure": "pip install azure-storage-blob azure-identity"}
 
 

@@ -1,7 +1,8 @@
 """The shared connector conformance suite: every connector passes it against a real server.
 
 A connector's test file subclasses ConnectorSuite and provides one fixture, `connector`:
-a connector on a fresh, empty root, already prepared as a target.
+a connector on a fresh, empty root, already prepared as a target. A target that keeps no bytes (the null
+target) sets `reads_back = False`: every read the suite makes must then be refused, everything else holds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from connectors.base import Connector, WriteSpec
 from connectors.checksum import combine_parts, crc32c, label
-from ferry.errors import NotFoundError
+from ferry.errors import NotFoundError, PermanentError
 
 PART = 256 * 1024  # the smallest part size the test servers accept
 
@@ -24,6 +25,17 @@ def _keys(connector: Connector, prefix: str = "") -> list[str]:
 
 class ConnectorSuite:
     """Behaviour every connector shares. Subclasses provide the `connector` fixture."""
+
+    reads_back = True  # False for a target that keeps no bytes: reading is then refused
+
+    def assert_reads(self, connector: Connector, key: str, start: int, expected: bytes) -> None:
+        """Bytes start.. of key are expected, or (reads_back False) the read is refused with an error."""
+        if self.reads_back:
+            assert connector.open_range(key, start, len(expected)) == expected
+        else:
+            with pytest.raises(PermanentError) as refused:
+                connector.open_range(key, start, len(expected))
+            assert not isinstance(refused.value, NotFoundError)  # the object is there, its bytes are not
 
     def test_put_stat_read_roundtrip(self, connector: Connector) -> None:
         data = os.urandom(3000)
@@ -37,8 +49,8 @@ class ConnectorSuite:
             assert info.checksum == label(crc32c(data))
             assert info.content_type == "application/x-test"
             assert info.metadata == {"owner": "ml-team"}
-        assert connector.open_range("dir/obj.bin", 0, 3000) == data
-        assert connector.open_range("dir/obj.bin", 1000, 17) == data[1000:1017]
+        self.assert_reads(connector, "dir/obj.bin", 0, data)
+        self.assert_reads(connector, "dir/obj.bin", 1000, data[1000:1017])
 
     def test_stat_missing_is_not_found(self, connector: Connector) -> None:
         with pytest.raises(NotFoundError):
@@ -71,7 +83,7 @@ class ConnectorSuite:
             connector.put(key, key.encode(), WriteSpec())
         assert _keys(connector) == sorted(keys)
         for key in keys:
-            assert connector.open_range(key, 0, len(key.encode())) == key.encode()
+            self.assert_reads(connector, key, 0, key.encode())
 
     def test_multipart_out_of_order_parts(self, connector: Connector) -> None:
         data = os.urandom(2 * PART + 1234)
@@ -86,7 +98,7 @@ class ConnectorSuite:
         done = sorted(parts, key=lambda p: p.number)
         info = connector.complete("big/object", upload, done, WriteSpec(spec.content_type, spec.metadata, checksum))
         assert info.size == len(data)
-        assert connector.open_range("big/object", 0, len(data)) == data
+        self.assert_reads(connector, "big/object", 0, data)
         stat = connector.stat("big/object")
         assert stat.size == len(data)
         if connector.capabilities.stores_checksum:
