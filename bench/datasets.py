@@ -3,6 +3,9 @@
 Object data is incompressible: slices of one seeded 1 MiB random block, at an offset that varies per file and
 per MiB, each MiB stamped with (file, chunk) numbers so no two chunks are equal. The many-file sets used for
 listing and memory measurements hold zero to a few dozen bytes per file.
+
+The engine-only rows read no dataset from disk: their source is ferry's synthetic connector (`synthetic://`),
+whose objects are made as they are read, so a dataset there is only its URL and its totals.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import shutil
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ferry.units import format_size
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -34,6 +39,7 @@ class Dataset:
     path: Path
     files: int
     bytes: int
+    url: str | None = None  # a synthetic source's URL (then path is unused)
 
 
 def specs(quick: bool) -> dict[str, tuple[Group, ...]]:
@@ -100,8 +106,23 @@ def _measure(path: Path) -> tuple[int, int]:
     return files, total
 
 
+# The engine-only shapes: COUNT x SIZE, as a synthetic:// URL names them (quick: the second).
+SYNTHETIC = {
+    "synthetic-small": ((50_000, 64 * KIB), (2_000, 64 * KIB)),
+    "synthetic-large": ((64, 256 * MIB), (2, 32 * MIB)),
+}
+
+
+def _synthetic(name: str, root: Path, quick: bool) -> Dataset:
+    count, size = SYNTHETIC[name][1 if quick else 0]
+    url = f"synthetic://{count}x{format_size(size)}?seed=20240601"
+    return Dataset(name, root, count, count * size, url)
+
+
 def ensure(name: str, root: Path, quick: bool = False) -> Dataset:
-    """The dataset `name` under root, generated unless a complete copy is already there."""
+    """The dataset `name` under root, generated unless a complete copy is already there (a synthetic one never is)."""
+    if name in SYNTHETIC:
+        return _synthetic(name, root, quick)
     groups = specs(quick)[name]
     path = root / _dir_name(name, groups)
     marker = path.with_name(path.name + ".json")
