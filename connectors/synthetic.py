@@ -4,9 +4,10 @@ They let the engine be measured alone (``ferry sync synthetic://20000x64K null:/
 
 - ``synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N]``: a read-only source of COUNT objects of SIZE bytes per
   group (sizes as ``ferry sync`` takes them: 64K, 256M), keyed ``<size>/<index>`` (``64K/0001999``), index
-  zero-padded so keys sort by number. The bytes are a function of the seed, the group and the key: slices of
-  one seeded 1 MiB random block at an offset that varies per object and per MiB, each MiB stamped with its
-  (group, object, MiB) numbers, so no two MiB are equal and nothing compresses. Listing and reading cost no
+  zero-padded so keys sort by number. The bytes are a function of the seed and the key alone (so one key holds
+  the same bytes in every shape that names it, and the signature is the seed's): slices of one seeded 1 MiB
+  random block at an offset that varies per object and per MiB, each MiB stamped with its (size, object, MiB)
+  numbers, so no two MiB are equal and nothing compresses. Listing and reading cost no
   I/O; any byte range is made on demand. The source keeps no checksum, as a plain file does: the engine
   computes its own while it reads. Every write is refused with one line.
 - ``null://NAME[/prefix]``: a target that keeps, per object, only what the engine verifies and the gate
@@ -35,7 +36,7 @@ from ferry.profiles import Profile
 from ferry.units import format_size, parse_size
 
 MIB = 1 << 20
-_STAMP = struct.Struct("<QQQ")  # (group, object, MiB) at the start of every MiB
+_STAMP = struct.Struct("<QQQ")  # (size, object, MiB) at the start of every MiB
 _GROUP = re.compile(r"(\d+)x(\S+)")
 _SYNTAX = "synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N], e.g. synthetic://2000x64K+4x256M"
 
@@ -47,7 +48,6 @@ _SYNTAX = "synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N], e.g. synthetic://200
 class Group:
     """`count` objects of `size` bytes, keyed `<label>/<index>`."""
 
-    number: int  # its place in the URL, stamped into its bytes
     count: int
     size: int
     label: str = field(init=False)
@@ -80,7 +80,7 @@ def parse_shape(url: str) -> tuple[list[Group], int]:
     if parts.path not in ("", "/"):
         raise UsageError(f"{url}: a synthetic source takes no path (its keys are <size>/<index>): {_SYNTAX}")
     groups: list[Group] = []
-    for number, text in enumerate(parts.netloc.split("+") if parts.netloc else []):
+    for text in parts.netloc.split("+") if parts.netloc else []:
         match = _GROUP.fullmatch(text)
         if not match:
             raise UsageError(f"{url}: {text!r} is not COUNTxSIZE: {_SYNTAX}")
@@ -91,7 +91,7 @@ def parse_shape(url: str) -> tuple[list[Group], int]:
         count = int(match.group(1))
         if count <= 0:
             raise UsageError(f"{url}: {text!r}: the count must be positive")
-        groups.append(Group(number, count, size))
+        groups.append(Group(count, size))
     if not groups:
         raise UsageError(f"{url}: no objects named (missing COUNTxSIZE): {_SYNTAX}")
     labels = [g.label for g in groups]
@@ -168,8 +168,8 @@ class SyntheticConnector(Connector):
         for chunk in range(start // MIB, -(-end // MIB)):
             base = chunk * MIB
             n = min(MIB, group.size - base)
-            offset = (index * 1_000_003 + chunk * 7_919 + group.number * 104_729) % MIB
-            stamp = _STAMP.pack(group.number, index, chunk)[:n]
+            offset = (index * 1_000_003 + chunk * 7_919 + group.size * 104_729) % MIB
+            stamp = _STAMP.pack(group.size, index, chunk)[:n]
             lo, hi = max(start, base) - base, min(end, base + n) - base
             if lo < len(stamp):
                 pieces.append(stamp[lo : min(hi, len(stamp))])

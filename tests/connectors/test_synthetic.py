@@ -74,6 +74,9 @@ def test_synthetic_bytes_follow_seed_and_key_and_any_range_agrees() -> None:
     assert len(whole) == 3 * MIB
     assert whole == synthetic("synthetic://3x3M+2x100?seed=7").open_range("3M/1", 0, 3 * MIB)
     assert whole != synthetic("synthetic://3x3M+2x100?seed=8").open_range("3M/1", 0, 3 * MIB)
+    # A key's bytes follow from the seed and the key, whatever else the shape names (its signature is the seed's).
+    assert whole == synthetic("synthetic://2x100+5x3M?seed=7").get("3M/1")[0]
+    assert source.stat("3M/1").signature == synthetic("synthetic://5x3M?seed=7").stat("3M/1").signature
     for start, length in [(0, 1), (5, 30), (MIB - 7, 20), (MIB, MIB), (2 * MIB - 1, MIB + 1), (3 * MIB - 3, 99)]:
         assert source.open_range("3M/1", start, length) == whole[start : start + length], (start, length)
     chunks = {source.open_range(k, c * MIB, MIB) for k in ("3M/0", "3M/1", "3M/2") for c in range(3)}
