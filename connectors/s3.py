@@ -11,13 +11,16 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterator
-from urllib.parse import urlsplit
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from urllib.parse import quote, urlsplit
 
 import boto3
 import botocore.exceptions
+import botocore.session
 from botocore.config import Config
 
+from connectors import s3_crt
 from connectors.base import (
     FULL_OBJECT_DIGESTS,
     MD5,
@@ -68,23 +71,32 @@ _NETWORK_ERRORS = (
 _PLAIN_HTTP = ": write the profile's endpoint_url with http://"
 
 
+def _answered(what: str, code: str, message: str, status: int, headers: Mapping[str, str]) -> Exception:
+    """The ferry error for an error the store answered: its code, message, HTTP status and headers."""
+    line = f"{what}: {code}: {message}".rstrip(": ")
+    if code == "BadDigest":
+        return ChecksumMismatch(line)
+    if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+        retry_after = headers.get("retry-after")
+        return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
+    if code in _NOT_FOUND_CODES:
+        return NotFoundError(line, code=code)
+    return PermanentError(line, code=code)
+
+
 def translate(exc: Exception, what: str) -> Exception:
-    """The ferry error for a botocore exception, naming the object and the provider's code."""
+    """The ferry error for a botocore (or CRT) exception, naming the object and the provider's code."""
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-        message = error.get("Message") or ""
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        line = f"{what}: {code}: {message}".rstrip(": ")
-        if code == "BadDigest":
-            return ChecksumMismatch(line)
-        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
-            headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-            retry_after = headers.get("retry-after")
-            return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
-        if code in _NOT_FOUND_CODES:
-            return NotFoundError(line, code=code)
-        return PermanentError(line, code=code)
+        headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        return _answered(what, code, error.get("Message") or "", status, headers)
+    if isinstance(exc, s3_crt.Failure):
+        if not exc.network:
+            return _answered(what, exc.code, exc.message, exc.status, exc.headers)
+        said = f"{what}: {exc.code}: {exc.message}"
+        return PermanentError(said, code=exc.code) if exc.permanent else TransientError(said, code=exc.code)
     if isinstance(exc, botocore.exceptions.FlexibleChecksumError):
         # A body that does not match the checksum the store sent with it came damaged (or cut): read it again.
         return TransientError(f"{what}: the body read does not match its checksum ({exc})", code="ChecksumMismatch")
@@ -137,6 +149,26 @@ def _etag_is_md5(response: dict) -> bool:
     )
 
 
+# The headers of the write arguments a CRT request carries (SSE-C's key in its encoded form), and the answer's
+# fields _write reads: botocore's names for both, so that one write path serves either client.
+_HEADER_OF = {
+    "ContentType": "Content-Type",
+    "ContentMD5": "Content-MD5",
+    "ChecksumAlgorithm": "x-amz-sdk-checksum-algorithm",
+    "ChecksumCRC32C": "x-amz-checksum-crc32c",
+    "ServerSideEncryption": "x-amz-server-side-encryption",
+    "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
+    "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
+    "SSECustomerKey": "x-amz-server-side-encryption-customer-key",
+    "SSECustomerKeyMD5": "x-amz-server-side-encryption-customer-key-MD5",
+}
+_FIELD_OF = {
+    "etag": "ETag",
+    "x-amz-checksum-crc32c": "ChecksumCRC32C",
+    "x-amz-server-side-encryption": "ServerSideEncryption",
+    "x-amz-server-side-encryption-customer-algorithm": "SSECustomerAlgorithm",
+}
+
 # Endpoints that wrote without echoing the CRC32C ferry sent, once trusted to: each falls back to Content-MD5 for
 # the rest of the process (never a write checked by neither).
 _NO_ECHO: set[str] = set()
@@ -161,15 +193,17 @@ class S3Connector(Connector):
     def __init__(
         self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
         *, receipt: str = "auto", encryption: dict | None = None, customer_key: bytes | None = None,
+        transfer_client: str = "auto",
     ) -> None:  # fmt: skip
         super().__init__(url)
         self.bucket = bucket
         self.root = root
+        self._read_timeout_s = client_kwargs.pop("read_timeout", READ_TIMEOUT_S)
         config = Config(
             max_pool_connections=1024,
             retries={"total_max_attempts": 1},
             connect_timeout=10,
-            read_timeout=client_kwargs.pop("read_timeout", READ_TIMEOUT_S),
+            read_timeout=self._read_timeout_s,
             tcp_keepalive=True,
             # ferry sends and checks its own CRC32C and MD5; botocore's defaults would add a
             # second pass over every body and false alarms on copies (moto's CRC quirk).
@@ -203,6 +237,42 @@ class S3Connector(Connector):
                 "SSECustomerKey": base64.b64encode(customer_key).decode(),
                 "SSECustomerKeyMD5": hex_to_b64(md5_hex(customer_key)),
             }
+        self._crt = self._crt_sender(transfer_client, session)
+        # The first write goes by botocore: it proves the endpoint, its TLS and its echo with botocore's diagnostics
+        # (the CRT says only "socket closed" to TLS spoken to plain HTTP); the CRT sends the rest.
+        self._crt_ready = False
+
+    def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
+        """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
+        profile's transfer_client ("auto": where awscrt is installed and nothing below stands in the way); None
+        for botocore. Endpoint, addressing style, region, credentials and TLS verification are botocore's."""
+        if choice == "botocore":
+            return None
+        credentials = session.get_credentials()
+        host = urlsplit(self.endpoint).hostname or ""
+        proxy = urllib.request.getproxies().get(urlsplit(self.endpoint).scheme)
+        why_not = (
+            "awscrt is not installed (pip install awscrt)" if not s3_crt.available()
+            else "no AWS credentials" if credentials is None
+            else f"a proxy ({proxy}) is set for {host}, which ferry's CRT client does not use"
+            if proxy and not urllib.request.proxy_bypass(host) else None
+        )  # fmt: skip
+        if why_not is not None:
+            if choice == "crt":
+                raise UsageError(f"{self.url}: transfer_client crt: {why_not}")
+            return None
+        assert credentials is not None
+
+        def current() -> tuple[str, str, str | None]:
+            frozen = credentials.get_frozen_credentials()
+            return frozen.access_key, frozen.secret_key, frozen.token
+
+        url = self.client.generate_presigned_url("put_object", Params={"Bucket": self.bucket, "Key": "_"})
+        verify = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
+        return s3_crt.Sender(
+            url.partition("?")[0][:-1], self.client.meta.region_name, current,
+            getattr(verify, "_verify", True), connections=1024, read_timeout_s=self._read_timeout_s,
+        )  # fmt: skip
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> S3Connector:
@@ -217,8 +287,12 @@ class S3Connector(Connector):
             client_kwargs["addressing_style"] = profile.addressing_style
             if profile.read_timeout_s:
                 client_kwargs["read_timeout"] = profile.read_timeout_s
+        # Timestamps (a listing's LastModified, a HEAD's) kept as the store wrote them: ferry reads none, and
+        # botocore's dateutil parse of each is a tenth of a small-object sync's client CPU.
+        core = botocore.session.Session()
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
         try:
-            session = boto3.session.Session(**session_kwargs)
+            session = boto3.session.Session(botocore_session=core, **session_kwargs)
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, location.url) from None
         if session.region_name is None and "region_name" not in client_kwargs:
@@ -229,6 +303,7 @@ class S3Connector(Connector):
                 "receipt": profile.receipt,
                 "encryption": profile.encryption_args(),
                 "customer_key": profile.customer_key(),
+                "transfer_client": profile.transfer_client,
             }
         connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs, **extra)
         if profile is not None and profile.min_part_size:
@@ -396,15 +471,39 @@ class S3Connector(Connector):
                 continue
             if md5 is not None and self._md5_etag(response) and _plain_md5(etag) and etag != md5:
                 raise ChecksumMismatch(f"{what}: the store holds MD5 {etag}, ferry sent {md5}")
+            self._crt_ready = True
             return etag, crc
+
+    def _by_crt(self) -> bool:
+        return self._crt is not None and self._crt_ready
+
+    def _crt_write(self, what: str, operation: str, key: str, query: str, args: dict, data: bytes) -> dict:
+        """Write data by the CRT with botocore's arguments (args); the answer's fields _write reads, named as
+        botocore names them."""
+        assert self._crt is not None
+        headers = []
+        for name, value in {**args, **self._customer_encoded}.items():
+            if name == "Metadata":
+                headers += [(f"x-amz-meta-{k}", v) for k, v in value.items()]
+            else:
+                headers.append((_HEADER_OF[name], value))
+        try:
+            answer = self._crt.send(operation, "PUT", self._full(key), query, headers, data)
+        except s3_crt.Failure as exc:
+            raise translate(exc, what) from None
+        return {field: answer[header] for header, field in _FIELD_OF.items() if header in answer}
 
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
         what = self._what(key)
-        args = {"Key": self._full(key), "Body": data, **self._write_args(spec, with_checksum=True)}
+        args = self._write_args(spec, with_checksum=True)
+
+        def send(checks: dict) -> dict:
+            if self._by_crt():
+                return self._crt_write(what, "PutObject", key, "", {**args, **checks}, data)
+            return self._call(what, self.client.put_object, Key=self._full(key), Body=data, **args, **checks)
+
         # The stored checksum is the CRC32C of data (the engine computed it while reading): not hashed again.
-        etag, _ = self._write(
-            what, data, lambda checks: self._call(what, self.client.put_object, **args, **checks), parse(spec.checksum)
-        )
+        etag, _ = self._write(what, data, send, parse(spec.checksum))
         return ObjectInfo(key=key, size=len(data), signature=etag, checksum=spec.checksum)
 
     def delete(self, key: str) -> None:
@@ -423,8 +522,17 @@ class S3Connector(Connector):
 
     def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
         what = f"{self._what(key)} part {number}"
-        args = {"Key": self._full(key), "UploadId": upload_id, "PartNumber": number, "Body": data, **self._customer}
-        etag, crc = self._write(what, data, lambda checks: self._call(what, self.client.upload_part, **args, **checks))
+
+        def send(checks: dict) -> dict:
+            if self._by_crt():
+                query = f"partNumber={number}&uploadId={quote(upload_id, safe='')}"
+                return self._crt_write(what, "UploadPart", key, query, checks, data)
+            return self._call(
+                what, self.client.upload_part, Key=self._full(key), UploadId=upload_id, PartNumber=number, Body=data,
+                **self._customer, **checks,
+            )  # fmt: skip
+
+        etag, crc = self._write(what, data, send)
         return Part(number=number, size=len(data), etag=etag, crc32c=crc)
 
     def complete(self, key: str, upload_id: str, parts: list[Part], spec: WriteSpec) -> ObjectInfo:

@@ -144,6 +144,10 @@ class Profile(BaseModel):
     # CRC32C ferry sends and echoes it (AWS S3); "md5", Content-MD5 as well and an unencrypted object's ETag held
     # to the body's MD5 (a store that does not verify the CRC32C); "auto", crc32c on AWS's endpoints, md5 elsewhere.
     receipt: Literal["auto", "crc32c", "md5"] = Field(default="auto", exclude=True)
+    # S3: what sends the requests that carry object bytes (PutObject, UploadPart): "crt", the AWS Common Runtime
+    # (awscrt: HTTP and signing in C, a fraction of botocore's CPU per request); "botocore"; "auto", the CRT where
+    # awscrt is installed and no proxy is set for the endpoint. How bytes travel, not where: out of hashes.
+    transfer_client: Literal["auto", "crt", "botocore"] = Field(default="auto", exclude=True)
     # S3: SSE-KMS on every object ferry writes, with this key (an ID, ARN or alias/...); SSE-C is a credential
     # (credentials.sse_customer_key_env or _secret).
     kms_key_id: str | None = Field(default=None, min_length=1, exclude=True)

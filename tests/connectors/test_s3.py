@@ -31,6 +31,48 @@ class TestS3Conformance(ConnectorSuite):
         connector.close()
 
 
+class TestS3ConformanceBotocore(ConnectorSuite):
+    """The same suite with every request botocore's (transfer_client botocore: no awscrt, or a proxy)."""
+
+    @pytest.fixture
+    def connector(self, moto_env):
+        profile = Profile(type="s3", endpoint_url=moto_env.endpoint, transfer_client="botocore")
+        connector = open_connector(f"moto://{new_bucket(moto_env.endpoint)}/root/prefix", {"moto": profile})
+        assert connector._crt is None
+        connector.check()
+        yield connector
+        connector.close()
+
+
+def test_object_bytes_go_by_the_crt_where_awscrt_is_installed(moto_env) -> None:
+    connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}", {})
+    assert connector._crt is not None and connector._crt.host == moto_env.endpoint.removeprefix("http://")
+    assert connector._crt.prefix == f"/{connector.bucket}/"  # moto's endpoint: path style, as botocore addresses it
+    by_botocore = []
+    put_object = connector.client.put_object
+    connector.client.put_object = lambda **kw: by_botocore.append(kw["Key"]) or put_object(**kw)
+    for n in range(3):
+        connector.put(f"k{n} ü+%", b"x" * n, WriteSpec(content_type="text/plain", metadata={"team": "ml"}))
+    assert by_botocore == ["k0 ü+%"], "the first write proves the endpoint by botocore; the CRT sends the rest"
+    for n in range(3):
+        info = connector.stat(f"k{n} ü+%")
+        assert (info.size, info.content_type, info.metadata) == (n, "text/plain", {"team": "ml"})
+
+
+def test_transfer_client_crt_that_cannot_be_is_one_line(moto_env, monkeypatch) -> None:
+    profile = Profile(type="s3", endpoint_url=moto_env.endpoint, transfer_client="crt")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    with pytest.raises(UsageError, match=r"transfer_client crt: a proxy \(http://proxy.example:3128\) is set"):
+        open_connector("moto://bucket", {"moto": profile})
+    # auto leaves the bytes to botocore, which uses the proxy
+    auto = profile.model_copy(update={"transfer_client": "auto"})
+    assert open_connector("moto://bucket", {"moto": auto})._crt is None
+    monkeypatch.delenv("HTTP_PROXY")
+    monkeypatch.setattr("connectors.s3_crt.available", lambda: False)
+    with pytest.raises(UsageError, match="transfer_client crt: awscrt is not installed"):
+        open_connector("moto://bucket", {"moto": profile})
+
+
 def test_aws_endpoint_env_is_honoured(moto_env) -> None:
     connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}", {})
     assert isinstance(connector, S3Connector)

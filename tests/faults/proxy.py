@@ -127,6 +127,7 @@ class FaultProxy:
         self.injected = 0
         self.faults: Counter[str] = Counter()
         self.lies = 0
+        self.lie_path_writes = 0  # writes sent to lie_path, lied to or not
         self.body_bytes = 0
         self.write_headers: Counter[str] = Counter()
         self.headers: Counter[tuple[str, str]] = Counter()
@@ -188,6 +189,8 @@ class FaultProxy:
                 fault = self.kinds[sum(self.faults.values()) % len(self.kinds)]
             if fault:
                 self.faults[fault] += 1
+            if self.lie_path and self.lie_path in path and command in _WRITES:
+                self.lie_path_writes += 1
             lie = bool(self.lie and self.lie_path in path and self.lies_left > 0)
             if lie and self.lie == "drop" and command not in _WRITES:
                 lie = False

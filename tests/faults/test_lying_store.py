@@ -265,7 +265,9 @@ def test_a_write_whose_answer_is_lost_is_sent_again_and_verified(store: Store, t
     with FaultProxy(store.server.port, lie="lost", lie_path=path, lie_times=1) as proxy:
         result = run_sync(str(tmp_path / "src"), f"liar://{name}/p", SETTINGS, profiles=store.through(proxy),
                           state_dir=tmp_path / "state")  # fmt: skip
-    assert proxy.lies == 1 and result.stats.retries >= 1
+    # Sent again: by the engine's retry, or (S3 through the CRT) by the CRT's own single retry, which the stats
+    # cannot see; the store saw the write twice either way.
+    assert proxy.lies == 1 and proxy.lie_path_writes >= 2
     assert result.ok and result.gate.status == Status.PASS, result.stats.failures
     assert store.held(name) == files
     assert not store.open_uploads(name)

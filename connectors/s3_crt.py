@@ -1,0 +1,149 @@
+"""The requests that carry an object's bytes to S3 (PutObject, UploadPart), sent by the AWS Common Runtime.
+
+awscrt's S3 client builds, signs and sends HTTP in C, outside the GIL: one small PutObject costs a fraction of
+the Python botocore spends on it (request set-up, event hooks, signing, parsing), which is most of what a sync
+of small objects costs the client. ferry builds each request itself and keeps everything else: its scheduler,
+part sizes, transfer state, CRC32C, receipt checks and retries. The CRT retries a failed request once by itself
+(the fewest it allows); what fails again reaches the engine's retry policy, counted there as botocore's failures are.
+
+Where the connection comes from is botocore's word, read once: the URL a presigned PutObject of this bucket gets
+(endpoint, addressing style, region), the session's credentials at each signing (refreshed as botocore refreshes
+them), and its TLS verification (a CA bundle, or none).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from urllib.parse import quote, urlsplit
+
+try:
+    from awscrt import auth, http, s3
+    from awscrt import io as crt_io
+    from awscrt.exceptions import AwsCrtError
+except ImportError:  # the botocore path stays: every request is botocore's
+    s3 = None  # type: ignore[assignment]
+
+# CRT errors that a retry cannot mend: TLS that cannot work, an address that does not exist.
+_PERMANENT = ("AWS_IO_TLS", "AWS_IO_DNS_INVALID_NAME", "AWS_IO_FILE_VALIDATION_FAILURE")
+
+
+def available() -> bool:
+    return s3 is not None
+
+
+class Failure(Exception):
+    """A request that failed: the store's answer (status, code, message, headers) or the CRT's error name."""
+
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str], network: bool = False):
+        super().__init__(f"{code}: {message}".rstrip(": "))
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+        self.network = network
+        self.permanent = network and code.startswith(_PERMANENT)
+
+
+class Sender:
+    """One CRT S3 client for one endpoint and bucket: send(method, key, query, headers, body) -> headers."""
+
+    _bootstrap_lock = threading.Lock()
+    _bootstrap = None
+
+    def __init__(
+        self, url_of_key: str, region: str, credentials: Callable[[], tuple[str, str, str | None] | None],
+        verify: bool | str, connections: int, read_timeout_s: float,
+    ) -> None:  # fmt: skip
+        assert s3 is not None
+        self.read_timeout_s = read_timeout_s
+        parts = urlsplit(url_of_key)
+        self.host = parts.netloc
+        self.prefix = parts.path  # "/bucket/" (path style) or "/" (virtual host)
+        tls = parts.scheme == "https"
+
+        def get_credentials() -> auth.AwsCredentials:
+            found = credentials()
+            if found is None:
+                raise RuntimeError("no AWS credentials")
+            return auth.AwsCredentials(*found)
+
+        options = None
+        if tls:
+            context = crt_io.TlsContextOptions()
+            if isinstance(verify, str):
+                context.override_default_trust_store_from_path(ca_filepath=verify)
+            elif verify is False:
+                context.verify_peer = False
+            options = crt_io.ClientTlsContext(context).new_connection_options()
+            options.set_server_name(parts.hostname or "")
+        self.client = s3.S3Client(
+            bootstrap=self._shared_bootstrap(),
+            region=region,
+            credential_provider=auth.AwsCredentialsProvider.new_delegate(get_credentials),
+            tls_mode=s3.S3RequestTlsMode.ENABLED if tls else s3.S3RequestTlsMode.DISABLED,
+            tls_connection_options=options,
+            max_active_connections_override=connections,
+            # The fewest the CRT allows (0 means its default, 5): a request it sends twice is one the engine sees.
+            retry_config=s3.S3RetryConfig(max_retries=1),
+        )
+
+    @classmethod
+    def _shared_bootstrap(cls):
+        """One event loop group and resolver for the process (each S3 client would otherwise start its own)."""
+        with cls._bootstrap_lock:
+            if cls._bootstrap is None:
+                loops = crt_io.EventLoopGroup()
+                cls._bootstrap = crt_io.ClientBootstrap(loops, crt_io.DefaultHostResolver(loops))
+            return cls._bootstrap
+
+    def send(
+        self, operation: str, method: str, key: str, query: str, headers: list[tuple[str, str]], body: bytes
+    ) -> dict[str, str]:
+        """Send one request and wait for it; the answer's headers, names lowercased. Failure when it failed."""
+        path = self.prefix + quote(key, safe="/~") + (f"?{query}" if query else "")
+        sent = http.HttpHeaders([("Host", self.host), ("Content-Length", str(len(body))), *headers])
+        request = http.HttpRequest(method, path, sent, io.BytesIO(body))
+        answer: dict[str, str] = {}
+        last = [time.monotonic()]  # when the request last moved: bytes sent, or the answer begun
+
+        def on_headers(status_code: int, headers: list[tuple[str, str]], **_: object) -> None:
+            last[0] = time.monotonic()
+            answer.update((name.lower(), value) for name, value in headers)
+
+        def on_progress(progress: int, **_: object) -> None:
+            last[0] = time.monotonic()
+
+        made = self.client.make_request(
+            type=s3.S3RequestType.DEFAULT, operation_name=operation, request=request, on_headers=on_headers,
+            on_progress=on_progress,
+        )  # fmt: skip
+        try:
+            while True:
+                try:
+                    made.finished_future.result(timeout=self.read_timeout_s)
+                    break
+                except concurrent.futures.TimeoutError:
+                    if time.monotonic() - last[0] >= self.read_timeout_s:
+                        made.cancel()
+                        said = f"no progress in {self.read_timeout_s:g} s"
+                        raise Failure(0, "ReadTimeoutError", said, {}, network=True) from None
+        except s3.S3ResponseError as exc:
+            code, message = _error_of(exc.body, exc.status_code)
+            raise Failure(exc.status_code, code, message, {k.lower(): v for k, v in exc.headers}) from None
+        except AwsCrtError as exc:
+            # A 5xx the CRT read the store's code from (AWS_ERROR_S3_SLOW_DOWN), under that code (SlowDown).
+            s3_code = exc.name.removeprefix("AWS_ERROR_S3_")
+            code = "".join(w.title() for w in s3_code.split("_")) if s3_code != exc.name else exc.name
+            raise Failure(0, code, exc.message, {}, network=True) from None
+        return answer
+
+
+def _error_of(body: bytes | None, status: int) -> tuple[str, str]:
+    """S3's error code and message from its XML answer; the status where the body says nothing."""
+    try:
+        root = ET.fromstring(body or b"")
+    except ET.ParseError:
+        return str(status), ""
+    return root.findtext("Code") or str(status), root.findtext("Message") or ""
