@@ -13,7 +13,8 @@ import dataclasses
 import hashlib
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote_plus, urlencode, urlsplit
+from xml.etree import ElementTree as ET
 
 import boto3
 import botocore.exceptions
@@ -330,6 +331,7 @@ class S3Connector(Connector):
     def check(self) -> None:
         try:
             self.client.head_bucket(Bucket=self.bucket)
+            self._crt_ready = True  # the endpoint and its TLS proven by botocore: the CRT may send the rest
         except botocore.exceptions.ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchBucket"):
@@ -345,6 +347,9 @@ class S3Connector(Connector):
             raise (error if isinstance(error, UsageError) else UsageError(str(error))) from None
 
     def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        if self._by_crt():
+            yield from self._crt_list(prefix, start_after)
+            return
         base = f"{self.root}/" if self.root else ""
         paginator = self.client.get_paginator("list_objects_v2")
         args = {"StartAfter": base + start_after} if start_after else {}
@@ -356,6 +361,34 @@ class S3Connector(Connector):
                         yield ObjectInfo(key=key, size=item["Size"], signature=item["ETag"].strip('"'))
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, self._what(prefix)) from None
+
+    def _crt_list(self, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        """list() by the CRT: ListObjectsV2 pages (keys URL-encoded by the store, as botocore asks for them too, so
+        that any key survives XML) read by ElementTree."""
+        assert self._crt is not None
+        base = f"{self.root}/" if self.root else ""
+        query = {"list-type": "2", "encoding-type": "url", "prefix": base + prefix}
+        if start_after:
+            query["start-after"] = base + start_after
+        while True:
+            what, args = self._what(prefix), urlencode(sorted(query.items()), quote_via=quote)
+            try:
+                page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, [])[1])
+            except s3_crt.Failure as exc:
+                raise translate(exc, what) from None
+            except ET.ParseError as exc:  # a page cut short: listed again from where it stopped
+                raise TransientError(f"{what}: the listing's answer is not whole XML ({exc})", code="BadXML") from None
+            ns = page.tag[: page.tag.find("}") + 1]  # S3's namespace, or none (some S3-compatible stores)
+            for item in page.iterfind(f"{ns}Contents"):
+                key = unquote_plus(item.findtext(f"{ns}Key") or "")[len(base) :]
+                if key:
+                    size, etag = int(item.findtext(f"{ns}Size") or 0), item.findtext(f"{ns}ETag") or ""
+                    yield ObjectInfo(key=key, size=size, signature=etag.strip('"'))
+            token = page.findtext(f"{ns}NextContinuationToken")
+            if page.findtext(f"{ns}IsTruncated") != "true" or not token:
+                return
+            query = {**query, "continuation-token": token}
+            query.pop("start-after", None)
 
     def stat(self, key: str) -> ObjectInfo:
         head = self._call(
@@ -488,7 +521,7 @@ class S3Connector(Connector):
             else:
                 headers.append((_HEADER_OF[name], value))
         try:
-            answer = self._crt.send(operation, "PUT", self._full(key), query, headers, data)
+            answer, _ = self._crt.send(operation, "PUT", self._full(key), query, headers, data)
         except s3_crt.Failure as exc:
             raise translate(exc, what) from None
         return {field: answer[header] for header, field in _FIELD_OF.items() if header in answer}

@@ -1,8 +1,9 @@
-"""The requests that carry an object's bytes to S3 (PutObject, UploadPart), sent by the AWS Common Runtime.
+"""The S3 requests made once per object, sent by the AWS Common Runtime: PutObject, UploadPart, ListObjectsV2.
 
 awscrt's S3 client builds, signs and sends HTTP in C, outside the GIL: one small PutObject costs a fraction of
 the Python botocore spends on it (request set-up, event hooks, signing, parsing), which is most of what a sync
-of small objects costs the client. ferry builds each request itself and keeps everything else: its scheduler,
+of small objects costs the client; a listing page's XML is read by ElementTree instead of botocore's parser, a
+hundredth of the cost per object. ferry builds each request itself and keeps everything else: its scheduler,
 part sizes, transfer state, CRC32C, receipt checks and retries. The CRT retries a failed request once by itself
 (the fewest it allows); what fails again reaches the engine's retry policy, counted there as botocore's failures are.
 
@@ -99,13 +100,16 @@ class Sender:
             return cls._bootstrap
 
     def send(
-        self, operation: str, method: str, key: str, query: str, headers: list[tuple[str, str]], body: bytes
-    ) -> dict[str, str]:
-        """Send one request and wait for it; the answer's headers, names lowercased. Failure when it failed."""
+        self, operation: str, method: str, key: str, query: str, headers: list[tuple[str, str]], body: bytes = b""
+    ) -> tuple[dict[str, str], bytes]:
+        """Send one request and wait for it; the answer's headers (names lowercased) and body. Failure when it
+        failed. key "" is the bucket itself."""
         path = self.prefix + quote(key, safe="/~") + (f"?{query}" if query else "")
-        sent = http.HttpHeaders([("Host", self.host), ("Content-Length", str(len(body))), *headers])
-        request = http.HttpRequest(method, path, sent, io.BytesIO(body))
+        length = [("Content-Length", str(len(body)))] if body or method == "PUT" else []
+        sent = http.HttpHeaders([("Host", self.host), *length, *headers])
+        request = http.HttpRequest(method, path, sent, io.BytesIO(body) if body or method == "PUT" else None)
         answer: dict[str, str] = {}
+        chunks: list[bytes] = []
         last = [time.monotonic()]  # when the request last moved: bytes sent, or the answer begun
 
         def on_headers(status_code: int, headers: list[tuple[str, str]], **_: object) -> None:
@@ -115,9 +119,13 @@ class Sender:
         def on_progress(progress: int, **_: object) -> None:
             last[0] = time.monotonic()
 
+        def on_body(chunk: bytes, **_: object) -> None:
+            last[0] = time.monotonic()
+            chunks.append(chunk)
+
         made = self.client.make_request(
             type=s3.S3RequestType.DEFAULT, operation_name=operation, request=request, on_headers=on_headers,
-            on_progress=on_progress,
+            on_progress=on_progress, on_body=on_body,
         )  # fmt: skip
         try:
             while True:
@@ -137,7 +145,7 @@ class Sender:
             s3_code = exc.name.removeprefix("AWS_ERROR_S3_")
             code = "".join(w.title() for w in s3_code.split("_")) if s3_code != exc.name else exc.name
             raise Failure(0, code, exc.message, {}, network=True) from None
-        return answer
+        return answer, b"".join(chunks)
 
 
 def _error_of(body: bytes | None, status: int) -> tuple[str, str]:

@@ -8,9 +8,11 @@ flushed as each is added, so that an interrupted step's undo knows everything it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +37,24 @@ class Journal:
         self.path = path
 
     def add(self, entry: Any) -> None:
+        with self.appending() as add:
+            add(entry)
+
+    @contextlib.contextmanager
+    def appending(self) -> Iterator[Callable[[Any], None]]:
+        """add() for many entries (a sync's created keys, one per object): the file opened once; each entry is
+        written and flushed as add() does it, one line at a time from any thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = threading.Lock()
         with self.path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-            file.flush()
+
+            def add(entry: Any) -> None:
+                line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+                with lock:
+                    file.write(line)
+                    file.flush()
+
+            yield add
 
     def entries(self) -> Iterator[Any]:
         """Every entry, oldest first; none when nothing was journalled. A last line cut short by a crash (the entry

@@ -50,3 +50,18 @@ def test_the_keys_a_rollback_undid_in_either_format(tmp_path) -> None:
     journal.path.write_text("apps/v1|Deployment|ml|trainer\nreg.example/ai/eval:1\n")
     journal.add({"key": "v1|ConfigMap|ml|settings"})
     assert journal.keys() == {"apps/v1|Deployment|ml|trainer", "reg.example/ai/eval:1", "v1|ConfigMap|ml|settings"}
+
+
+def test_appending_from_many_threads_keeps_whole_lines_each_on_disk_when_added(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    journal = Journal(tmp_path / "deep" / "created.jsonl")
+    journal.add("first")
+    with journal.appending() as add:
+        add({"key": "k" * 5000})  # longer than a write buffer's worth of short lines
+        assert list(journal.entries()) == ["first", {"key": "k" * 5000}], "flushed as it is added, not at the end"
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(add, (f"key-{n}" for n in range(2000))))
+    lines = (tmp_path / "deep" / "created.jsonl").read_text().splitlines()
+    assert len(lines) == 2002 and all(json.loads(line) for line in lines)
+    assert sorted(list(journal.entries())[2:]) == sorted(f"key-{n}" for n in range(2000))

@@ -226,21 +226,22 @@ class DataSyncPhase(Phase):
         def on_action(action: Action) -> None:
             # Only keys the target did not hold: deleting them is a faithful undo.
             if action.kind == COPY and action.dst is None:
-                created.add(action.key)
+                add_created(action.key)
 
         try:
-            result = run_sync(
-                self.loaded.storage("source"),
-                self.loaded.storage("target"),
-                self.transfer_settings(step),
-                profiles=self.loaded.plan.profiles,
-                state_dir=self.loaded.layout.state,
-                verify=False,  # the gate verifies, after every shard is done
-                report_path=audit.path(self.name, f"sync-{label(step)}.json"),
-                on_action=on_action,
-                on_start=follow.start,
-                stop=reporter.stopping,
-            )
+            with created.appending() as add_created:
+                result = run_sync(
+                    self.loaded.storage("source"),
+                    self.loaded.storage("target"),
+                    self.transfer_settings(step),
+                    profiles=self.loaded.plan.profiles,
+                    state_dir=self.loaded.layout.state,
+                    verify=False,  # the gate verifies, after every shard is done
+                    report_path=audit.path(self.name, f"sync-{label(step)}.json"),
+                    on_action=on_action,
+                    on_start=follow.start,
+                    stop=reporter.stopping,
+                )
         finally:
             follow.stop(finished=result is not None)
         summary = result.stats.summary()

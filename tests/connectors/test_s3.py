@@ -140,3 +140,18 @@ def test_server_side_copy_needs_no_bytes(moto_env) -> None:
     ]
     dst.complete("parts", upload, parts, WriteSpec())
     assert dst.open_range("parts", 0, len(data)) == data
+
+
+def test_a_listing_by_the_crt_pages_and_decodes_keys_as_botocores(moto_env) -> None:
+    fast = open_connector(f"s3://{new_bucket(moto_env.endpoint)}/r", {})
+    fast.check()
+    keys = [f"k/{n:04d}" for n in range(1003)] + ["k/a b+c", "k/%41", "k/\x01ctl", "k/ü/é", "k//x", "k/./y"]
+    for key in keys:
+        fast.put(key, b"", WriteSpec())
+    slow = open_connector(f"moto://{fast.bucket}/r", {"moto": Profile(type="s3", endpoint_url=moto_env.endpoint,
+                                                                        transfer_client="botocore")})  # fmt: skip
+    assert fast._by_crt() and not slow._by_crt()
+    for prefix, after in (("", ""), ("k/", "k/0999"), ("k/0", ""), ("nothing", "")):
+        listed = list(fast.list(prefix, after))
+        assert listed == list(slow.list(prefix, after))
+    assert [i.key for i in fast.list()] == sorted(keys)
