@@ -21,6 +21,7 @@ from connectors.transfer import (
     EQUAL,
     PROOFS,
     SKIP,
+    SOURCE_CHECKSUMS,
     Action,
     ObjectRecord,
     TransferSettings,
@@ -61,6 +62,9 @@ class DataTally:
             # Objects another tool wrote, proven equal without a copy (connectors.transfer.adopt), by proof.
             **{f"adopted_by_{proof}": 0 for proof in PROOFS},
             "could_not_compare": 0,
+            # Of the objects verified, those whose copy held the bytes ferry read to the source's own checksum, by
+            # kind (connectors.transfer.source_checksum).
+            **{f"held_to_source_{kind}": 0 for kind in SOURCE_CHECKSUMS},
         }
         self._lock = threading.Lock()  # a run's outcomes of its compares come from its workers
         # The first keys of each kind of problem (extra objects too, failing or not), in key order.
@@ -96,8 +100,14 @@ class DataTally:
             elif action.kind == SKIP:
                 proof = action.record.proof if action.record else None
                 self.counts[f"adopted_by_{proof}" if proof else "verified_by_state"] += 1
+                self.held(action.record)
             elif action.kind == EQUAL:
                 self.counts["verified_by_reading" if action.record else f"adopted_by_{action.reason}"] += 1
+
+    def held(self, record: ObjectRecord | None) -> None:
+        """Count a verified object by what its copy was held to at the source, if anything."""
+        if record is not None and record.held_to:
+            self.counts[f"held_to_source_{record.held_to}"] += 1
 
     def result(self, settings: TransferSettings, note: str | None = None) -> CheckResult:
         counts = self.counts
@@ -119,7 +129,7 @@ def check_data(
     """Compare target against source: objects, bytes, per-object size and checksum."""
     tally = DataTally()
     joined = merge_join(listing(source, settings), listing(target, settings), state.objects(), settings)
-    pending: deque[Future] = deque()
+    pending: deque[tuple[Future, ObjectRecord | None]] = deque()
     with ThreadPoolExecutor(max_workers=min(32, settings.threads)) as pool:
         for key, cur_s, cur_d, record in joined:
             tally.listed(cur_s, cur_d)
@@ -130,20 +140,27 @@ def check_data(
             elif cur_s.size != cur_d.size:
                 tally.problem("size_mismatch", key, f"source {cur_s.size}, target {cur_d.size} bytes")
             elif verdict := _by_state(cur_s, cur_d, record, deep):
-                _count(verdict, tally)  # settled without a request: no thread needed
+                _count(verdict, record, tally)  # settled without a request: no thread needed
             else:
-                pending.append(pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep))
+                future = pool.submit(_compare, source, target, cur_s, cur_d, record, settings, deep)
+                pending.append((future, record))
                 while len(pending) >= _WINDOW:
-                    _count(pending.popleft().result(), tally)
+                    _count(*_outcome(pending.popleft()), tally)
         while pending:
-            _count(pending.popleft().result(), tally)
+            _count(*_outcome(pending.popleft()), tally)
     return tally.result(settings)
 
 
-def _count(outcome: tuple[str, str, str], tally: DataTally) -> None:
+def _outcome(waiting: tuple[Future, ObjectRecord | None]) -> tuple[tuple[str, str, str], ObjectRecord | None]:
+    future, record = waiting
+    return future.result(), record
+
+
+def _count(outcome: tuple[str, str, str], record: ObjectRecord | None, tally: DataTally) -> None:
     kind, key, detail = outcome
     if kind.startswith(("verified", "adopted")):
         tally.counts[kind] += 1
+        tally.held(record)
     else:
         tally.problem(kind, key, detail)
 

@@ -20,6 +20,7 @@ import boto3
 import botocore.exceptions
 import botocore.session
 from botocore.config import Config
+from botocore.response import StreamingBody
 
 from connectors import s3_crt
 from connectors.base import (
@@ -438,7 +439,9 @@ class S3Connector(Connector):
             what, self.client.get_object, Key=self._full(key), ChecksumMode="ENABLED", **self._customer
         )
         try:
-            data = response["Body"].read()
+            # ChecksumMode brings the store's full-object checksum, which botocore would hash the body for once more:
+            # the transfer engine holds the body to it itself (connectors/transfer/source_checksum.py), in one pass.
+            data = StreamingBody.read(response["Body"])
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, what) from None
         return data, self._info(key, response)

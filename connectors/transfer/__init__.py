@@ -3,7 +3,8 @@
 One module per concern: settings (the knobs), diff (what to do with each key), stats (what was
 done), scheduler (who runs what, under the byte budget), retry (the transient-error and checksum
 mismatch policies), route (how bytes travel), state (one shard's durable record) and engine
-(the transfer itself), adopt (proving what another tool wrote equal). Callers import from here.
+(the transfer itself), adopt (proving what another tool wrote equal), source_checksum (what is read held to
+what the source holds). Callers import from here.
 """
 
 from connectors.transfer.adopt import PROOFS
@@ -11,6 +12,7 @@ from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action,
 from connectors.transfer.engine import Transfer, abort_incomplete
 from connectors.transfer.retry import hash_object, listing, retrying
 from connectors.transfer.settings import TransferSettings, bounds, effective_threads, part_size_for
+from connectors.transfer.source_checksum import KINDS as SOURCE_CHECKSUMS
 from connectors.transfer.state import ObjectRecord, TransferState, written_signatures
 from connectors.transfer.stats import LatencyHistogram, Stats
 
@@ -21,6 +23,7 @@ __all__ = [
     "EQUAL",
     "PROOFS",
     "SKIP",
+    "SOURCE_CHECKSUMS",
     "Action",
     "LatencyHistogram",
     "ObjectRecord",

@@ -26,7 +26,7 @@ from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action,
 from connectors.transfer.retry import Recopy, listing, read_digests, retrying
 from connectors.transfer.route import Route, Upload
 from connectors.transfer.scheduler import Parts, Scheduler, Slot
-from connectors.transfer.settings import TransferSettings, effective_threads, part_size_for
+from connectors.transfer.settings import TransferSettings, effective_threads
 from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
 from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
@@ -213,9 +213,11 @@ class Transfer:
         assert src is not None
         started = time.monotonic()
         try:
-            written, checksum, moved = self._recopy.run(key, lambda: self._route.copy_object(key, src))
-            self.state.record_object(ObjectRecord(key, src.size, src.signature, written.signature, checksum))
+            written, checksum, held, moved = self._recopy.run(key, lambda: self._route.copy_object(key, src))
+            record = ObjectRecord(key, src.size, src.signature, written.signature, checksum, held_to=held)
+            self.state.record_object(record)
             self.stats.finished(started, bytes_copied=src.size, **moved)
+            self.stats.held(held)
         except Exception as exc:  # noqa: BLE001
             self._fail(key, exc)
 
@@ -232,7 +234,7 @@ class Transfer:
         """Begin an attempt: resume the upload the state holds for the object, or begin one; queue its parts."""
         key = job.key
         info = self._call(self.source.stat, key)
-        upload = Upload(key, info, part_size_for(info.size, self.settings, self.target), self._route.upload_mode())
+        upload = self._route.upload(key, info)
         done: dict[int, Part] = {}
         previous = self.state.upload(key)
         if (
@@ -294,16 +296,16 @@ class Transfer:
         """Complete the upload, verify what the target holds and record it; a mismatch starts one more attempt."""
         key, info = job.key, upload.info
         parts = [job.done[n] for n in range(1, upload.total + 1)]
-        stored = parse(info.checksum)
-        if all(p.crc32c is not None for p in parts):
-            value = combine_parts([(p.crc32c, p.size) for p in parts])  # type: ignore[misc]
-            if stored is not None and stored != value:
-                raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
-        else:
-            value = stored  # bytes never passed through ferry: carry the source's own checksum
+        crc = combine_parts([(p.crc32c, p.size) for p in parts]) if all(p.crc32c is not None for p in parts) else None
+        # Where the bytes never passed through ferry, the source's own checksum is carried.
+        value = crc if crc is not None else parse(info.checksum)
         checksum = label(value) if value is not None else None
         spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
+        checked = False
         try:
+            # Before anything is completed: what was read must be what the source holds.
+            held = self._route.held_upload(upload, parts, crc)
+            checked = True
             written = self._call(self.target.complete, key, upload.upload_id, parts, spec)
             self._verify(key, info.size, checksum)
             if upload.mode != "server":
@@ -311,6 +313,9 @@ class Transfer:
                 if (now.size, now.signature) != (info.size, info.signature):
                     raise PermanentError(f"{self.source.url}: {key}: changed while it was being copied", code="Changed")
         except ChecksumMismatch as exc:
+            if not checked:  # never completed: its parts are dropped
+                with contextlib.suppress(FerryError):
+                    self._call(self.target.abort, key, upload.upload_id)
             self.state.end_upload(key)
             if not self._recopy.again(job.attempt, key, exc):
                 raise
@@ -318,8 +323,9 @@ class Transfer:
             return
         self.state.end_upload(key)
         record_sig = job.action.src.signature if job.action.src else info.signature
-        self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum))
+        self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum, held_to=held))
         self.stats.finished(job.started, bytes_copied=info.size)
+        self.stats.held(held)
         job.finish()
 
     def _verify(self, key: str, size: int, checksum: str | None) -> None:

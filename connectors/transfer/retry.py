@@ -20,7 +20,7 @@ from tenacity import (
 )
 
 from connectors.base import MD5, MD5_OF_PARTS, Connector, ObjectInfo
-from connectors.checksum import crc32c, label
+from connectors.checksum import crc32c, label, md5_of_parts
 from connectors.transfer.settings import TransferSettings
 from ferry.errors import ChecksumMismatch, TransientError
 
@@ -134,7 +134,7 @@ def read_digests(
     if whole is not None:
         digests[MD5] = whole.hexdigest()
     if part_size:
-        digests[MD5_OF_PARTS] = f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+        digests[MD5_OF_PARTS] = md5_of_parts(parts)
     return dataclasses.replace(info, checksum=label(value), digests=digests)
 
 

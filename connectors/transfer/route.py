@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from connectors.base import Connector, ObjectInfo, Part, WriteSpec
-from connectors.checksum import crc32c, label, parse
+from connectors.base import MD5_OF_PARTS, Connector, ObjectInfo, Part, WriteSpec
+from connectors.checksum import CRC32C, crc32c, label
+from connectors.transfer import source_checksum
 from connectors.transfer.retry import Recopy
 from connectors.transfer.scheduler import RateLimiter
-from connectors.transfer.settings import TransferSettings
+from connectors.transfer.settings import TransferSettings, part_size_for
 from connectors.transfer.stats import Stats
-from ferry.errors import ChecksumMismatch, PermanentError, TransientError
+from ferry.errors import PermanentError, TransientError
 
 log = structlog.get_logger("ferry.transfer")
 # What a target answers when it cannot copy a part from a URL: it never can (501), or not from this source.
@@ -37,6 +38,10 @@ class Upload:
     mode: str  # "server", "url" or "stream"
     upload_id: str = ""
     url: str | None = None  # the source's presigned URL, made for the first part that needs it
+    # What the source holds of the object's bytes that its parts, streamed, are held to (source_checksum.PARTS),
+    # and what each streamed part gave towards it, by number (parts of an earlier run's attempt give none).
+    check: str | None = None
+    sums: dict[int, int | bytes] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -91,22 +96,54 @@ class Route:
         """How the parts of an upload begun now will travel."""
         return "server" if self._server_side else ("url" if self._url_ok else "stream")
 
-    def copy_object(self, key: str, src: ObjectInfo) -> tuple[ObjectInfo, str | None, dict[str, int]]:
-        """Copy one object in one request: (what the target now holds, its checksum, bytes moved by way)."""
+    def upload(self, key: str, info: ObjectInfo) -> Upload:
+        """A new upload of the object info describes (from a stat): its part size, its mode, and what the source holds
+        that its streamed parts are held to; an S3 multipart ETag only where the upload can take the source's part
+        size (one HEAD of part 1 tells it), else nothing."""
+        part_size = part_size_for(info.size, self.settings, self.target)
+        mode = self.upload_mode()
+        # A server-side copy's parts are held to a CRC32C alone: the store's of what it copied.
+        check = source_checksum.held(info, source_checksum.PARTS if mode != "server" else (CRC32C.name,))
+        if check == MD5_OF_PARTS:
+            theirs = self._call(self.source.part_size, key)
+            if source_checksum.read_in_parts(info, theirs, self.target.capabilities, self.settings.memory_budget):
+                part_size = theirs
+            else:
+                check = None
+        return Upload(key, info, part_size, mode, check=check)
+
+    def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> str | None:
+        """Hold a finished upload's parts (crc: their combined CRC32C, where every part has one) to what the source
+        holds: the kind the bytes ferry read were held to, None when none were (the source holds nothing that
+        combines, the store copied the bytes, an earlier run sent a part); ChecksumMismatch when they differ."""
+        if upload.check is None:
+            return None
+        if upload.check == CRC32C.name:
+            if crc is None:
+                return None
+            values: list[tuple[int | bytes, int]] = [(crc, upload.info.size)]
+        elif len(upload.sums) == len(parts):
+            values = [(upload.sums[p.number], p.size) for p in parts]
+        else:
+            return None
+        source_checksum.parts(self.source.url, upload.info, upload.check, values)
+        return None if upload.mode == "server" else upload.check
+
+    def copy_object(self, key: str, src: ObjectInfo) -> tuple[ObjectInfo, str | None, str | None, dict[str, int]]:
+        """Copy one object in one request: (what the target now holds, its checksum, what the source holds that the
+        bytes read were held to, bytes moved by way)."""
         if self._server_side:
             written = self._call(self.target.copy_from, self.source, src, key)
-            return written, written.checksum, {"bytes_server_side": src.size}
+            return written, written.checksum, None, {"bytes_server_side": src.size}
         data, info = self._call(self._read_whole, key, src)
         value = crc32c(data)
-        stored = parse(info.checksum)
-        if stored is not None and stored != value:
-            raise ChecksumMismatch(f"{self.source.url}: {key}: bytes read do not match the stored {info.checksum}")
+        held = source_checksum.whole(self.source.url, info, data, value)
         checksum = label(value)
         spec = WriteSpec(content_type=info.content_type, metadata=info.metadata or {}, checksum=checksum)
         if self._limiter:
             self._limiter.take(len(data))
         written = self._call(self.target.put, key, data, spec)
-        return written, checksum, {"bytes_read": len(data), "bytes_written": len(data)}
+        return written, checksum, held, {"bytes_read": len(data), "bytes_written": len(data)}
 
     def _read_whole(self, key: str, src: ObjectInfo) -> tuple[bytes, ObjectInfo]:
         """The object the listing saw, whole: a body cut short (with a Content-Length that agrees with the cut) is
@@ -148,6 +185,8 @@ class Route:
                     log.warning("target cannot pull from a URL; streaming through ferry instead", code=exc.code)
         data = self._call(self.source.open_range, key, start, length)
         self.stats.add(bytes_read=len(data))
+        if (value := source_checksum.part(upload.check, data)) is not None:
+            upload.sums[number] = value
         if self._limiter:
             self._limiter.take(len(data))
         part = self._recopy.run(key, lambda: self._call(self.target.put_part, key, upload_id, number, data))

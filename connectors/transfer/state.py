@@ -30,9 +30,10 @@ _SCHEMA = """
 -- The shard this file holds: written once, when the file is created.
 CREATE TABLE IF NOT EXISTS shard (source TEXT NOT NULL, target TEXT NOT NULL, prefix TEXT NOT NULL);
 -- proof: NULL for a copy ferry wrote and verified; for an object another tool wrote, how it was proven equal.
+-- held_to: for a copy, what the source held that the bytes ferry read were held to (a source_checksum kind).
 CREATE TABLE IF NOT EXISTS objects (
     key TEXT PRIMARY KEY, size INTEGER NOT NULL, src_sig TEXT NOT NULL, dst_sig TEXT NOT NULL, checksum TEXT,
-    proof TEXT
+    proof TEXT, held_to TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS uploads (
     key TEXT PRIMARY KEY, upload_id TEXT NOT NULL, size INTEGER NOT NULL, src_sig TEXT NOT NULL,
@@ -44,6 +45,8 @@ CREATE TABLE IF NOT EXISTS parts (
     PRIMARY KEY (key, upload_id, number)
 ) WITHOUT ROWID;
 """
+# An ObjectRecord's fields, in order (a file from before a column was added holds them in this order too).
+_OBJECT_COLUMNS = "key, size, src_sig, dst_sig, checksum, proof, held_to"
 _BATCH_ROWS = 512
 _BATCH_SECONDS = 0.5
 
@@ -52,7 +55,8 @@ _BATCH_SECONDS = 0.5
 class ObjectRecord:
     """A verified copy: the source and target signatures it was made between, and its checksum.
 
-    An adopted object (another tool wrote it, ferry proved it equal) says by which proof (connectors.transfer.adopt)."""
+    An adopted object (another tool wrote it, ferry proved it equal) says by which proof (connectors.transfer.adopt);
+    a copy, what the source held that the bytes read were held to (connectors.transfer.source_checksum)."""
 
     key: str
     size: int
@@ -60,6 +64,7 @@ class ObjectRecord:
     dst_sig: str
     checksum: str | None
     proof: str | None = None
+    held_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +93,11 @@ class TransferState:
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(objects)")}
-        if "proof" not in columns:  # a state file from before adoption
-            with contextlib.suppress(sqlite3.OperationalError):  # "duplicate column": another process added it
-                self._conn.execute("ALTER TABLE objects ADD COLUMN proof TEXT")
+        # A state file from before adoption, or before the source's checksums were held to.
+        for column in ("proof", "held_to"):
+            if column not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # "duplicate column": another process added it
+                    self._conn.execute(f"ALTER TABLE objects ADD COLUMN {column} TEXT")
         self._start(source_url, target_url, prefix)
         # Two locks: workers appending finished objects never wait behind a SQLite write.
         self._lock = threading.Lock()
@@ -116,7 +123,7 @@ class TransferState:
         self.flush()
         reader = _connect(self.path)
         try:
-            for row in reader.execute("SELECT key, size, src_sig, dst_sig, checksum, proof FROM objects ORDER BY key"):
+            for row in reader.execute(f"SELECT {_OBJECT_COLUMNS} FROM objects ORDER BY key"):
                 yield ObjectRecord(*row)
         finally:
             reader.close()
@@ -125,7 +132,7 @@ class TransferState:
         """Record a verified copy; committed with the next batch."""
         with self._pending_lock:
             self._pending.append(
-                (record.key, record.size, record.src_sig, record.dst_sig, record.checksum, record.proof)
+                (record.key, record.size, record.src_sig, record.dst_sig, record.checksum, record.proof, record.held_to)
             )
             due = len(self._pending) >= _BATCH_ROWS or time.monotonic() - self._flushed_at > _BATCH_SECONDS
         if due:
@@ -146,7 +153,9 @@ class TransferState:
             if pending:
                 with self._conn:
                     self._conn.execute("BEGIN")
-                    self._conn.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)", pending)
+                    self._conn.executemany(
+                        f"INSERT OR REPLACE INTO objects ({_OBJECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", pending
+                    )
                     failpoint("transfer:state-write")  # inside the transaction, before its commit
 
     # -- multipart uploads ----------------------------------------------------------------------

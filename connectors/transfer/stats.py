@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.transfer.adopt import PROOFS
+from connectors.transfer.source_checksum import KINDS
 
 _FAILURES_KEPT = 100
 
@@ -57,6 +58,8 @@ class Stats:
     adopted: int = 0
     bytes_adopted: int = 0
     adopted_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROOFS, 0))
+    # Objects copied whose bytes, as ferry read them, were held to what the source holds of them, by kind.
+    held_to_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     deleted: int = 0
     failed: int = 0
     rejected: int = 0
@@ -92,6 +95,12 @@ class Stats:
         with self.lock:
             self._bump({"skipped": 1, "bytes_skipped": size, "adopted": 1, "bytes_adopted": size})
             self.adopted_by[proof] += 1
+
+    def held(self, kind: str | None) -> None:
+        """One object copied held to the source's checksum of kind (None: to none)."""
+        if kind is not None:
+            with self.lock:
+                self.held_to_source[kind] += 1
 
     def add_failure(self, message: str, *, rejected: bool) -> None:
         """One object failed: counted, and its message kept for the report (the first ones only)."""
@@ -135,6 +144,7 @@ class Stats:
                 "pulled_by_target_from_url": self.bytes_url_pulled,
             },
             "adopted_by": dict(self.adopted_by),
+            "held_to_source": dict(self.held_to_source),
             "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
             "retries": self.retries,
             "url_copy": self.url_copy,

@@ -232,6 +232,8 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
             markup=False,
             highlight=False,
         )
+    if held := ", ".join(f"{kind} {n}" for kind, n in summary["held_to_source"].items() if n):
+        out.print(f"copies held to the source's own checksum as read, by kind: {held}", markup=False, highlight=False)
     latency = summary["latency_s"]
     figures = [f"duration {summary['duration_s']} s"]
     if stats.copied:  # rates and latencies of nothing copied (a dry run, an unchanged tree) are no figures

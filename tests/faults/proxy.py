@@ -13,7 +13,8 @@ Per request, seeded so that a failure replays:
   `reserialise` (a JSON document PUT is stored re-serialised: the same document, other bytes, another digest; its
   answer is the store's own), `etag` (every ETag the store gives, in headers and listings, is not the body's MD5
   but consistently another value, as S3's are under SSE-KMS or SSE-C; the ones a client sends back are mapped
-  back), `no-echo` (a write's answer carries no x-amz-checksum-crc32c);
+  back), `no-echo` (a write's answer carries no x-amz-checksum-crc32c), `flip` (a GET's body comes with one byte
+  flipped, its headers as the store sent them: a corruption between the store and the client);
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
 `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
 with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource.
@@ -109,6 +110,7 @@ class FaultProxy:
             "reserialise",
             "etag",
             "no-echo",
+            "flip",
         )
         self.upstream_port = upstream_port
         self.rate, self.kinds, self.stall_s = rate, kinds, stall_s
@@ -197,6 +199,8 @@ class FaultProxy:
             if lie and self.lie in ("reserialise", "no-echo") and command not in _WRITES:
                 lie = False
             if lie and self.lie == "reserialise" and command != "PUT":
+                lie = False
+            if lie and self.lie == "flip" and command != "GET":
                 lie = False
             if lie:
                 self.lies_left -= 1
@@ -300,6 +304,8 @@ class FaultProxy:
                     return
                 if lie and proxy.lie == "short" and len(payload) > 1:
                     payload = payload[: len(payload) // 2]
+                if lie and proxy.lie == "flip" and payload:
+                    payload = payload[:-1] + bytes([payload[-1] ^ 1])  # the last byte: one bit
                 self.send_response(response.status)
                 for key, value in response.getheaders():
                     if key.lower() in ("transfer-encoding", "connection", "content-length"):
