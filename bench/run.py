@@ -134,7 +134,7 @@ def bytes_through_ferry(s: Summary) -> float:
 
 S3_PEERS = ("ferry", "rclone", "aws")
 SCENARIOS = [
-    Scenario("local-s3-large", "local-s3", ("large",), (*S3_PEERS, *CEILINGS), (
+    Scenario("local-s3-large", "local-s3", ("large",), (*S3_PEERS, "ferry-echo", *CEILINGS), (
         Goal("(primary) ferry server CPU per GiB <= 1.05x the bare loop's ({ceiling}, ferry/{ceiling})",
              server_cpu_vs_ceiling, "<=", 1.05),
         Goal("ferry wall throughput >= 0.9x the bare loop's ({ceiling}, {ceiling}/ferry wall)", vs_ceiling, ">=", 0.9),
@@ -144,7 +144,7 @@ SCENARIOS = [
         Goal("ferry >= 1.1x the better of rclone and the AWS CLI", vs_best_peer, ">=", 1.1),
         Goal("ferry peak RSS <= 200 MB", lambda s: s.rss["ferry"], "<=", 200),
     )),
-    Scenario("local-s3-small", "local-s3", ("small",), (*S3_PEERS, *CEILINGS), (
+    Scenario("local-s3-small", "local-s3", ("small",), (*S3_PEERS, "ferry-echo", *CEILINGS), (
         Goal("(primary) ferry client CPU per object <= 1.0x the bare loop's ({ceiling}, ferry/{ceiling})",
              cpu_vs_ceiling, "<=", 1.0),
         Goal("ferry wall throughput >= the better peer's", vs_best_peer, ">=", 1.0),
@@ -272,10 +272,16 @@ def command(tool: str, ends: Ends, threads: int, scenario: Scenario, report: Pat
     """The command line and environment of one tool copying ends.src to ends.dst."""
     env = {**os.environ, **ends.env}
     src, dst, n = ends.src, ends.dst, str(threads)
-    if tool == "ferry":
+    if tool in ("ferry", "ferry-echo"):
         env["PYTHONPATH"] = str(ROOT)  # this tree's ferry, also where the installed one is another checkout's
-        argv = [FERRY, "sync", src.url, dst.url, "--threads", n, "--no-progress",
-                "--state-dir", str(ends.work / "ferry-state"), "--report", str(report)]
+        target, more = dst.url, []
+        if tool == "ferry-echo":  # receipt crc32c: what ferry does where the store verifies the CRC32C (AWS S3)
+            profiles = ends.work / "echo-profiles.yaml"
+            profiles.write_text(f"profiles:\n  echo:\n    type: s3\n    endpoint_url: {ends.endpoint}\n"
+                                "    receipt: crc32c\n")  # fmt: skip
+            target, more = dst.url.replace("s3://", "echo://", 1), ["--profiles", str(profiles)]
+        argv = [FERRY, "sync", src.url, target, "--threads", n, "--no-progress",
+                "--state-dir", str(ends.work / f"{tool}-state"), "--report", str(report), *more]
         argv += ["--dry-run"] if scenario.dry_run else []
     elif tool == "rclone":
         env.pop("AWS_CA_BUNDLE", None)  # breaks rclone's S3 backend

@@ -21,6 +21,7 @@ _UPLOAD = ".ferry-upload-"
 _X_CHECKSUM = "user.ferry.checksum"
 _X_TYPE = "user.ferry.content-type"
 _X_META = "user.ferry.metadata"
+_X_ALL = (_X_CHECKSUM, _X_TYPE, _X_META)
 
 
 def _translate(exc: OSError, what: str) -> Exception:
@@ -177,18 +178,45 @@ class LocalConnector(Connector):
             if not stat_mod.S_ISDIR(st.st_mode):
                 raise NotFoundError(f"{self.url}: {key}: not found", code="ENOENT")
             return ObjectInfo(key=key, size=0, signature="dir", metadata={})
-        checksum = self._getxattr(path, _X_CHECKSUM)
-        content_type = self._getxattr(path, _X_TYPE)
-        raw = self._getxattr(path, _X_META)
-        metadata = json.loads(raw) if raw else {}
+        return self._info(key, st, path)
+
+    def _info(self, key: str, st: os.stat_result, file: Path | int) -> ObjectInfo:
+        """What stat() says of a file (a path or an open descriptor): its size and signature, and ferry's xattrs,
+        read only where the file has them (one listxattr: a file ferry did not write has none)."""
+        names = self._listxattr(file)
+        checksum, content_type, raw = (self._getxattr(file, n) if n in names else None for n in _X_ALL)
         return ObjectInfo(
             key=key,
             size=st.st_size,
             signature=f"{st.st_ino}-{st.st_mtime_ns}",
             checksum=checksum,
             content_type=content_type,
-            metadata=metadata,
+            metadata=json.loads(raw) if raw else {},
         )
+
+    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+        """The whole file and what stat() says of it, from one open."""
+        if key.endswith("/"):
+            return super().get(key)
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
+        try:
+            st = os.fstat(fd)
+            return self._read_fd(fd, key, 0, st.st_size), self._info(key, st, fd)
+        except OSError as exc:  # a directory under a file's key, a read error
+            raise _translate(exc, f"{self.url}: {key}") from None
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _listxattr(file: Path | int) -> list[str]:
+        try:
+            return os.listxattr(file)
+        except OSError:
+            return []
 
     @staticmethod
     def _getxattr(path: Path | int, name: str) -> str | None:
@@ -217,17 +245,20 @@ class LocalConnector(Connector):
         except OSError as exc:
             raise _translate(exc, f"{self.url}: {key}") from None
         try:
-            chunks = []
-            while length > 0:
-                chunk = os.pread(fd, length, start)
-                if not chunk:
-                    raise PermanentError(f"{self.url}: {key}: shorter than expected (changed while copying?)")
-                chunks.append(chunk)
-                start += len(chunk)
-                length -= len(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return self._read_fd(fd, key, start, length)
         finally:
             os.close(fd)
+
+    def _read_fd(self, fd: int, key: str, start: int, length: int) -> bytes:
+        chunks = []
+        while length > 0:
+            chunk = os.pread(fd, length, start)
+            if not chunk:
+                raise PermanentError(f"{self.url}: {key}: shorter than expected (changed while copying?)")
+            chunks.append(chunk)
+            start += len(chunk)
+            length -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     # -- writing -------------------------------------------------------------------------------
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:

@@ -189,3 +189,34 @@ def test_a_tree_rclone_copied_is_adopted_and_only_the_changed_file_copied(moto_e
     }
     assert after["big/changed.pt"] != before["big/changed.pt"]
     assert set(proofs_recorded(state).values()) == {"reading", None}
+
+
+def test_what_the_data_sync_phase_adopted_its_rollback_leaves(moto_env, tmp_path: Path) -> None:
+    from ferry.audit import AuditFolder
+    from ferry.phases.base import Reporter, open_phase
+    from ferry.plan import load_plan
+    from tests.support import write_plan
+
+    bucket = new_bucket(moto_env.endpoint)
+    plan = write_plan(tmp_path, "adopt-undo")
+    plan.write_text(plan.read_text().replace("storage: ./dst", f"storage: s3://{bucket}/dst"))
+    # Another tool copied a/one.bin before ferry ran (one PUT: its ETag is its MD5); b/three.bin is there at the
+    # same size with other bytes.
+    s3 = client(moto_env.endpoint, checksums=False)
+    upload(s3, bucket, "dst/a/one.bin", (tmp_path / "src" / "a" / "one.bin").read_bytes())
+    upload(s3, bucket, "dst/b/three.bin", b"x" * 300)
+    before = heads(moto_env.endpoint, bucket, "dst/")
+    phase = open_phase(load_plan(plan), "data_sync")
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-1")
+    details = [phase.run(shard, audit, Reporter()).details for shard in phase.steps()]
+    assert sum(d["objects"]["adopted"] for d in details) == 1
+    assert all(gate.status == Status.PASS for gate in phase.gate(audit)), [g.evidence for g in phase.gate(audit)]
+    after_run = heads(moto_env.endpoint, bucket, "dst/")
+    assert after_run["a/one.bin"] == before["a/one.bin"], "adopted: not written again"
+    assert after_run["b/three.bin"] != before["b/three.bin"], "other bytes: copied"
+    undo = phase.rollback(audit)
+    # Only what the run created goes (a/two.bin); the adopted object stays as the other tool wrote it, and so does
+    # the one ferry wrote over (it cannot give its old bytes back).
+    left = heads(moto_env.endpoint, bucket, "dst/")
+    assert sorted(left) == ["a/one.bin", "b/three.bin"] and undo.failed == 0, undo.text
+    assert left["a/one.bin"] == before["a/one.bin"]
