@@ -11,6 +11,7 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
@@ -18,6 +19,7 @@ from xml.etree import ElementTree as ET
 
 import boto3
 import botocore.exceptions
+import botocore.httpsession
 import botocore.session
 from botocore.config import Config
 from botocore.response import StreamingBody
@@ -239,10 +241,14 @@ class S3Connector(Connector):
                 "SSECustomerKey": base64.b64encode(customer_key).decode(),
                 "SSECustomerKeyMD5": hex_to_b64(md5_hex(customer_key)),
             }
+        self._crt_choice = transfer_client
         self._crt = self._crt_sender(transfer_client, session)
-        # The first write goes by botocore: it proves the endpoint, its TLS and its echo with botocore's diagnostics
-        # (the CRT says only "socket closed" to TLS spoken to plain HTTP); the CRT sends the rest.
-        self._crt_ready = False
+        # Whether the CRT may send (None: not known yet). Decided once, by botocore's HEAD of the bucket (check(), or
+        # before the first request the CRT would send): it proves the endpoint and its TLS with botocore's
+        # diagnostics (the CRT says only "socket closed" to TLS spoken to plain HTTP), and it says the bucket's
+        # region, which the CRT must sign for (botocore follows a bucket to its region by itself; the CRT does not).
+        self._crt_ready: bool | None = None
+        self._crt_lock = threading.Lock()
 
     def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
         """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
@@ -270,11 +276,41 @@ class S3Connector(Connector):
             return frozen.access_key, frozen.secret_key, frozen.token
 
         url = self.client.generate_presigned_url("put_object", Params={"Bucket": self.bucket, "Key": "_"})
-        verify = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
-        return s3_crt.Sender(
-            url.partition("?")[0][:-1], self.client.meta.region_name, current,
-            getattr(verify, "_verify", True), connections=1024, read_timeout_s=self._read_timeout_s,
-        )  # fmt: skip
+        session_http = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
+        verify = botocore.httpsession.get_cert_path(getattr(session_http, "_verify", True))
+        try:
+            return s3_crt.Sender(
+                url.partition("?")[0][:-1], self.client.meta.region_name, current, verify, connections=1024,
+                read_timeout_s=self._read_timeout_s,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the CRT's TLS set-up (a CA bundle it cannot read): botocore's path
+            if choice == "crt":
+                raise UsageError(f"{self.url}: transfer_client crt: {exc}") from None
+            return None
+
+    def _prove_crt(self, head: dict | None = None) -> None:
+        """Decide once whether the CRT sends (see _crt_ready), from botocore's answer to a HEAD of the bucket (head,
+        or one made here). With transfer_client auto, a bucket in another region than the client's, or a HEAD that
+        fails, leaves every request to botocore; with crt, the region must be the profile's."""
+        with self._crt_lock:
+            if self._crt is None or self._crt_ready is not None:
+                return
+            if head is None:
+                try:
+                    head = self.client.head_bucket(Bucket=self.bucket)
+                except Exception:  # noqa: BLE001 - not allowed, or not reachable: botocore's requests will say
+                    self._crt_ready = self._crt_choice == "crt"
+                    return
+            region = head.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+            if region and region != self._crt.region:
+                if self._crt_choice == "crt":
+                    raise UsageError(
+                        f"{self.url}: transfer_client crt: the bucket is in {region}, the client signs for "
+                        f"{self._crt.region}: set the profile's region: {region}"
+                    )
+                self._crt_ready = False
+                return
+            self._crt_ready = True
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> S3Connector:
@@ -331,8 +367,7 @@ class S3Connector(Connector):
 
     def check(self) -> None:
         try:
-            self.client.head_bucket(Bucket=self.bucket)
-            self._crt_ready = True  # the endpoint and its TLS proven by botocore: the CRT may send the rest
+            head = self.client.head_bucket(Bucket=self.bucket)
         except botocore.exceptions.ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchBucket"):
@@ -346,6 +381,7 @@ class S3Connector(Connector):
         except Exception as exc:  # noqa: BLE001
             error = translate(exc, self.url)
             raise (error if isinstance(error, UsageError) else UsageError(str(error))) from None
+        self._prove_crt(head)
 
     def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
         if self._by_crt():
@@ -380,8 +416,11 @@ class S3Connector(Connector):
             except ET.ParseError as exc:  # a page cut short: listed again from where it stopped
                 raise TransientError(f"{what}: the listing's answer is not whole XML ({exc})", code="BadXML") from None
             ns = page.tag[: page.tag.find("}") + 1]  # S3's namespace, or none (some S3-compatible stores)
+            # Keys decoded only where the store says it encoded them (as botocore does): one that ignores
+            # encoding-type sends a+b as a+b.
+            decode = unquote_plus if page.findtext(f"{ns}EncodingType") == "url" else str
             for item in page.iterfind(f"{ns}Contents"):
-                key = unquote_plus(item.findtext(f"{ns}Key") or "")[len(base) :]
+                key = decode(item.findtext(f"{ns}Key") or "")[len(base) :]
                 if key:
                     size, etag = int(item.findtext(f"{ns}Size") or 0), item.findtext(f"{ns}ETag") or ""
                     yield ObjectInfo(key=key, size=size, signature=etag.strip('"'))
@@ -427,11 +466,21 @@ class S3Connector(Connector):
         )
 
     def part_size(self, key: str) -> int | None:
-        """The first part's size, from a HEAD of part 1 (every part but the last has it, as tools write them)."""
-        head = self._call(
-            self._what(key), self.client.head_object, Key=self._full(key), PartNumber=1, **self._customer
-        )
-        return head["ContentLength"] if head.get("PartsCount") else None
+        """The size every part but the last has, as tools write them: the first part's, from a HEAD of part 1,
+        where a HEAD of the last part agrees (None where it does not: the parts are of other sizes)."""
+        what, full = self._what(key), self._full(key)
+        head = self._call(what, self.client.head_object, Key=full, PartNumber=1, **self._customer)
+        count, size = head.get("PartsCount"), head["ContentLength"]
+        if not count:
+            return None
+        if count > 1:
+            total = str(head.get("ContentRange", "")).rpartition("/")[2]  # S3 says it; moto does not
+            if not total.isdigit():
+                total = str(self._call(what, self.client.head_object, Key=full, **self._customer)["ContentLength"])
+            last = self._call(what, self.client.head_object, Key=full, PartNumber=count, **self._customer)
+            if last["ContentLength"] != int(total) - (count - 1) * size:
+                return None
+        return size
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
         what = self._what(key)
@@ -507,11 +556,12 @@ class S3Connector(Connector):
                 continue
             if md5 is not None and self._md5_etag(response) and _plain_md5(etag) and etag != md5:
                 raise ChecksumMismatch(f"{what}: the store holds MD5 {etag}, ferry sent {md5}")
-            self._crt_ready = True
             return etag, crc
 
     def _by_crt(self) -> bool:
-        return self._crt is not None and self._crt_ready
+        if self._crt is not None and self._crt_ready is None:
+            self._prove_crt()
+        return bool(self._crt_ready)
 
     def _crt_write(self, what: str, operation: str, key: str, query: str, args: dict, data: bytes) -> dict:
         """Write data by the CRT with botocore's arguments (args); the answer's fields _write reads, named as

@@ -8,16 +8,17 @@ part sizes, transfer state, CRC32C, receipt checks and retries. The CRT retries 
 (the fewest it allows); what fails again reaches the engine's retry policy, counted there as botocore's failures are.
 
 Where the connection comes from is botocore's word, read once: the URL a presigned PutObject of this bucket gets
-(endpoint, addressing style, region), the session's credentials at each signing (refreshed as botocore refreshes
-them), and its TLS verification (a CA bundle, or none).
+(endpoint, addressing style, region: the bucket's own, or the CRT is not used), the session's credentials at each
+signing (refreshed as botocore refreshes them), and its TLS verification (the CA bundle botocore trusts, certifi's
+or the configured one; or none: verify is that path, or False).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import io
+import os
 import threading
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from urllib.parse import quote, urlsplit
@@ -29,8 +30,12 @@ try:
 except ImportError:  # the botocore path stays: every request is botocore's
     s3 = None  # type: ignore[assignment]
 
-# CRT errors that a retry cannot mend: TLS that cannot work, an address that does not exist.
-_PERMANENT = ("AWS_IO_TLS", "AWS_IO_DNS_INVALID_NAME", "AWS_IO_FILE_VALIDATION_FAILURE")
+# CRT errors that a retry cannot mend: a certificate not trusted, TLS that cannot be agreed, an address that does
+# not exist (a TLS read or write cut short, a negotiation that timed out, are transient).
+_PERMANENT = ("CERTIFICATE", "HOST_NAME_MISMATCH", "TRUST_STORE", "TLS_CTX_ERROR", "UNSUPPORTED", "DNS_INVALID_NAME")
+# The CRT reports no progress of a request until it is done: a request fails after read_timeout_s plus its body at
+# this rate, the slowest a healthy transfer is taken to be (128 requests sharing 64 Mbit/s each move this fast).
+_SLOWEST = 64 * 1024
 
 
 def available() -> bool:
@@ -44,7 +49,7 @@ class Failure(Exception):
         super().__init__(f"{code}: {message}".rstrip(": "))
         self.status, self.code, self.message, self.headers = status, code, message, headers
         self.network = network
-        self.permanent = network and code.startswith(_PERMANENT)
+        self.permanent = network and any(part in code for part in _PERMANENT)
 
 
 class Sender:
@@ -55,10 +60,10 @@ class Sender:
 
     def __init__(
         self, url_of_key: str, region: str, credentials: Callable[[], tuple[str, str, str | None] | None],
-        verify: bool | str, connections: int, read_timeout_s: float,
+        verify: str | bool, connections: int, read_timeout_s: float,
     ) -> None:  # fmt: skip
         assert s3 is not None
-        self.read_timeout_s = read_timeout_s
+        self.region, self.read_timeout_s = region, read_timeout_s
         parts = urlsplit(url_of_key)
         self.host = parts.netloc
         self.prefix = parts.path  # "/bucket/" (path style) or "/" (virtual host)
@@ -73,10 +78,12 @@ class Sender:
         options = None
         if tls:
             context = crt_io.TlsContextOptions()
-            if isinstance(verify, str):
-                context.override_default_trust_store_from_path(ca_filepath=verify)
-            elif verify is False:
+            if verify is False:
                 context.verify_peer = False
+            elif os.path.isdir(verify):  # the certificates botocore trusts, not the system's
+                context.override_default_trust_store_from_path(ca_dirpath=verify)
+            else:
+                context.override_default_trust_store_from_path(ca_filepath=verify)
             options = crt_io.ClientTlsContext(context).new_connection_options()
             options.set_server_name(parts.hostname or "")
         self.client = s3.S3Client(
@@ -110,33 +117,25 @@ class Sender:
         request = http.HttpRequest(method, path, sent, io.BytesIO(body) if body or method == "PUT" else None)
         answer: dict[str, str] = {}
         chunks: list[bytes] = []
-        last = [time.monotonic()]  # when the request last moved: bytes sent, or the answer begun
 
         def on_headers(status_code: int, headers: list[tuple[str, str]], **_: object) -> None:
-            last[0] = time.monotonic()
             answer.update((name.lower(), value) for name, value in headers)
 
-        def on_progress(progress: int, **_: object) -> None:
-            last[0] = time.monotonic()
-
         def on_body(chunk: bytes, **_: object) -> None:
-            last[0] = time.monotonic()
             chunks.append(chunk)
 
         made = self.client.make_request(
             type=s3.S3RequestType.DEFAULT, operation_name=operation, request=request, on_headers=on_headers,
-            on_progress=on_progress, on_body=on_body,
+            on_body=on_body,
         )  # fmt: skip
+        deadline = self.read_timeout_s + len(body) / _SLOWEST
         try:
-            while True:
-                try:
-                    made.finished_future.result(timeout=self.read_timeout_s)
-                    break
-                except concurrent.futures.TimeoutError:
-                    if time.monotonic() - last[0] >= self.read_timeout_s:
-                        made.cancel()
-                        said = f"no progress in {self.read_timeout_s:g} s"
-                        raise Failure(0, "ReadTimeoutError", said, {}, network=True) from None
+            try:
+                made.finished_future.result(timeout=deadline)
+            except concurrent.futures.TimeoutError:
+                made.cancel()
+                said = f"not done in {deadline:.0f} s (read_timeout_s and {len(body)} bytes at {_SLOWEST} bytes/s)"
+                raise Failure(0, "ReadTimeoutError", said, {}, network=True) from None
         except s3.S3ResponseError as exc:
             code, message = _error_of(exc.body, exc.status_code)
             raise Failure(exc.status_code, code, message, {k.lower(): v for k, v in exc.headers}) from None

@@ -53,10 +53,23 @@ def test_object_bytes_go_by_the_crt_where_awscrt_is_installed(moto_env) -> None:
     connector.client.put_object = lambda **kw: by_botocore.append(kw["Key"]) or put_object(**kw)
     for n in range(3):
         connector.put(f"k{n} ü+%", b"x" * n, WriteSpec(content_type="text/plain", metadata={"team": "ml"}))
-    assert by_botocore == ["k0 ü+%"], "the first write proves the endpoint by botocore; the CRT sends the rest"
+    assert by_botocore == [], "botocore's HEAD of the bucket proves the endpoint and its region; the CRT writes"
     for n in range(3):
         info = connector.stat(f"k{n} ü+%")
         assert (info.size, info.content_type, info.metadata) == (n, "text/plain", {"team": "ml"})
+
+
+def test_a_bucket_in_another_region_than_the_clients_is_left_to_botocore(moto_env) -> None:
+    bucket = new_bucket(moto_env.endpoint)  # in us-east-1
+    elsewhere = Profile(type="s3", endpoint_url=moto_env.endpoint, region="eu-west-1")
+    auto = open_connector(f"moto://{bucket}", {"moto": elsewhere})
+    auto.check()
+    assert auto._crt is not None and not auto._by_crt()  # botocore follows the bucket to its region; the CRT cannot
+    auto.put("k", b"abc", WriteSpec())
+    assert [i.key for i in auto.list()] == ["k"]
+    crt = open_connector(f"moto://{bucket}", {"moto": elsewhere.model_copy(update={"transfer_client": "crt"})})
+    with pytest.raises(UsageError, match="the bucket is in us-east-1, the client signs for eu-west-1: set the"):
+        crt.check()
 
 
 def test_transfer_client_crt_that_cannot_be_is_one_line(moto_env, monkeypatch) -> None:

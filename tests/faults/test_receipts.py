@@ -168,9 +168,11 @@ def test_a_server_side_copy_whose_etag_differs_is_proven_by_the_stores_crc32c(s3
         source.put("obj", data, WriteSpec(checksum=label(crc32c(data) if truthful else crc32c(data) ^ 1)))
         info = next(source.list())
         assert info.checksum is None, "a listing gives no checksum: the source is asked by one HEAD"
+        target.check()
+        heads = proxy.headers[("HEAD", "host")]
         if truthful:
             assert target.copy_from(source, info, "copied").size == len(data)
         else:
             with pytest.raises(ChecksumMismatch, match="the copy holds CRC32C"):
                 target.copy_from(source, info, "copied")
-    assert proxy.headers[("HEAD", "host")] == 1
+    assert proxy.headers[("HEAD", "host")] - heads == 1
