@@ -53,7 +53,8 @@ class Failure(Exception):
 
 
 class Sender:
-    """One CRT S3 client for one endpoint and bucket: send(method, key, query, headers, body) -> headers."""
+    """One CRT S3 client for one endpoint and bucket: send(operation, method, key, query, headers, body) ->
+    (the answer's headers, its body)."""
 
     _bootstrap_lock = threading.Lock()
     _bootstrap = None
@@ -112,9 +113,10 @@ class Sender:
         """Send one request and wait for it; the answer's headers (names lowercased) and body. Failure when it
         failed. key "" is the bucket itself."""
         path = self.prefix + quote(key, safe="/~") + (f"?{query}" if query else "")
-        length = [("Content-Length", str(len(body)))] if body or method == "PUT" else []
+        carries = bool(body) or method == "PUT"  # a PUT of no bytes still says Content-Length: 0
+        length = [("Content-Length", str(len(body)))] if carries else []
         sent = http.HttpHeaders([("Host", self.host), *length, *headers])
-        request = http.HttpRequest(method, path, sent, io.BytesIO(body) if body or method == "PUT" else None)
+        request = http.HttpRequest(method, path, sent, io.BytesIO(body) if carries else None)
         answer: dict[str, str] = {}
         chunks: list[bytes] = []
 
