@@ -13,7 +13,7 @@ LOCK := constraints.txt
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c $(LOCK) -e '.[dev]'
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[dev,dask]'
 	touch $(STAMP)
 
 # Resolve pyproject.toml's ranges afresh in a throw-away venv and pin the result; review the diff, then commit it.
@@ -21,9 +21,9 @@ lock:
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(PYTHON) -m venv "$$tmp/venv" && \
 	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip && \
-	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[dev]' && \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[dev,dask]' && \
 	"$$tmp/venv/bin/python" -m pip freeze --exclude-editable > "$$tmp/freeze" && \
-	{ echo "# Written by \`make lock\` from pyproject.toml for: pip install -c $(LOCK) -e '.[dev]'. Not by hand."; \
+	{ echo "# Written by \`make lock\` from pyproject.toml for: pip install -c $(LOCK) -e '.[dev,dask]'. Not by hand."; \
 	  grep -v '^ferry[ =@]' "$$tmp/freeze"; } > $(LOCK)
 
 node_modules/.bin/azurite-blob: package.json

@@ -34,7 +34,7 @@ from ferry.phases.rollback import PENDING, UNFINISHED, resume, resumed_runs, rol
 from ferry.plan import LoadedPlan, load_plan
 from ferry.results import CheckResult, Status, blocking, gate_status
 from ferry.runlog import PhaseStatus, RunLog, RunStatus
-from flows.phase import phase_flow
+from flows.phase import phase_subflow
 
 log = structlog.get_logger("ferry.flows.pipeline")
 
@@ -258,9 +258,8 @@ def _run_phase(phase: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, di
     (an interrupt, a gate that could not measure, a bug, an orchestration error) propagates and undoes nothing.
     """
     name, strict = phase.name, phase.loaded.plan.strict
-    subflow = phase_flow.with_options(name=name, flow_run_name=name)
     try:
-        outcome = subflow(str(phase.loaded.path), str(audit.root), name)
+        outcome = phase_subflow(phase)(str(phase.loaded.path), str(audit.root), name)
     except StepFailed as exc:
         _roll_back(phase, runlog, run_id, audit.root, digest, str(exc))
         # The step's own error (its type decides the exit code), saying which phase it ended.

@@ -41,6 +41,11 @@ def plan_validate(
     phases = [open_phase(loaded, name) for name in plan.enabled_phases()]
     files = {loc: file for phase in phases for loc, file in phase.files().items()}
     variables = {loc: ref.env for loc, ref in _secret_refs(loaded, phases).items() if ref.env}
+    for phase in phases:
+        if phase.placement().dask_address:
+            # An existing scheduler's workers report their task runs to the Prefect API: a server, not a temporary
+            # one this process would start.
+            variables[("phases", phase.name, "runner", "dask", "address")] = "PREFECT_API_URL"
     problems = plan_problems(loaded, files, variables, offline)
     if problems:
         raise UsageError("\n".join(problems))

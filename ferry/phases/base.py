@@ -21,10 +21,12 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from checks.preflight import preflight as plan_preflight
+from ferry import __version__
 from ferry.audit import AuditFolder
 from ferry.config import Settings
+from ferry.errors import PermanentError
 from ferry.phase_registry import load_phase
-from ferry.plan import LoadedPlan, Plan
+from ferry.plan import LoadedPlan, Plan, load_plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
@@ -92,6 +94,55 @@ class Progress:
 
     def update(self, percent: float) -> None:
         """Show percent done."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a phase's steps run: threads of this process (neither set), a local Dask cluster of `dask_workers`
+    worker processes, or the existing Dask scheduler at `dask_address`."""
+
+    dask_address: str | None = None
+    dask_workers: int | None = None
+
+
+@dataclass(frozen=True)
+class StepSpec(abc.ABC):
+    """One step as it travels to where it runs (a thread here, a Dask worker elsewhere): picklable, and everything
+    the step needs without secret values (credentials travel as references, resolved where the step runs)."""
+
+    phase: str
+    step: str
+    # The ferry that made the spec: a worker running another refuses it (`checked`).
+    version: str = field(default=__version__, kw_only=True)
+
+    @abc.abstractmethod
+    def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
+        """Do the step, where it runs (what Phase.run does)."""
+
+    def divided(self, peers: int) -> StepSpec:
+        """The spec for one of `peers` steps running at once on separate machines: what the plan sets for the whole
+        run (a bandwidth limit, a memory budget) divided among them. Unchanged by default."""
+        return self
+
+    def checked(self) -> StepSpec:
+        """The spec, or PermanentError if the ferry running it is not the one that made it."""
+        if self.version != __version__:
+            raise PermanentError(
+                f"step {self.step or self.phase!r} was made by ferry {self.version}; this worker runs ferry "
+                f"{__version__}: run one version on the driver and every worker"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class PlanStep(StepSpec):
+    """A step that loads the plan where it runs (the default): it runs only where the plan's path, and the files
+    and variables the plan names, exist."""
+
+    plan_path: str = field(kw_only=True)
+
+    def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
+        return open_phase(load_plan(Path(self.plan_path)), self.phase).run(self.step, audit, reporter)
 
 
 class Phase(abc.ABC):
@@ -176,6 +227,14 @@ class Phase(abc.ABC):
     @abc.abstractmethod
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Do one step, idempotently; record in the audit folder what rollback needs. Says what it changed."""
+
+    def placement(self) -> Placement:
+        """Where the steps run: threads of this process unless the phase's settings name a cluster."""
+        return Placement()
+
+    def step_spec(self, step: str) -> StepSpec:
+        """The step as it travels to where it runs (by default the plan's path: `PlanStep`)."""
+        return PlanStep(self.name, step, plan_path=str(self.loaded.path))
 
     @abc.abstractmethod
     def gate(self, audit: AuditFolder) -> list[CheckResult]:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import importlib.util
+import ipaddress
 import json
+import os
+import socket
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import structlog
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from checks.data import check_data
 from connectors.base import redact_url
@@ -26,8 +32,9 @@ from ferry.config import Settings
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
-from ferry.phases.base import Changes, Phase, Progress, Reporter, StepResult, Undo
-from ferry.plan import Size
+from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, StepResult, StepSpec, Undo
+from ferry.plan import Plan, Size
+from ferry.profiles import Profile
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
 
@@ -46,6 +53,46 @@ def _knob(name: str, hashed: Literal["always", "unless default", "never"] = "alw
         exclude=hashed == "never",
         exclude_if=(lambda value: value == default) if hashed == "unless default" else None,
     )
+
+
+class DaskCluster(Settings):
+    """A Dask cluster for the shards: an existing scheduler, or a local cluster of worker processes."""
+
+    # tls://host:8786 (an open scheduler runs any code it is sent: tcp:// only on this machine). Its workers need
+    # ferry (the same version), the connectors' credentials in their own environment, and PREFECT_API_URL.
+    address: str | None = None
+    # A local cluster of this many worker processes (one shard at a time each).
+    workers: int | None = Field(default=None, ge=1, le=512)
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> DaskCluster:
+        if (self.address is None) == (self.workers is None):
+            raise ValueError("name one of address (an existing scheduler) or workers (a local cluster)")
+        if importlib.util.find_spec("prefect_dask") is None or importlib.util.find_spec("distributed") is None:
+            raise ValueError("a Dask runner needs prefect-dask and distributed: pip install 'ferry[dask]'")
+        if self.address is not None:
+            parts = urlsplit(self.address)
+            if parts.scheme not in ("tls", "tcp") or not parts.hostname or parts.port is None:
+                raise ValueError(f"address {self.address!r}: give tls://host:port")
+            if parts.scheme == "tcp" and not _loopback(parts.hostname):
+                raise ValueError(
+                    f"address {self.address!r}: an open Dask scheduler runs any code it is sent: reach one on "
+                    "another machine over tls:// (tcp:// only on this one)"
+                )
+        return self
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class Runner(Settings):
+    """Where the shards run besides this process's threads."""
+
+    dask: DaskCluster
 
 
 class DataSyncSettings(Settings):
@@ -67,6 +114,19 @@ class DataSyncSettings(Settings):
     retries: int | None = _knob("retries", "never")
     # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
     shards: list[str] = Field(default_factory=list)
+    # Where the shards run: "threads" of this process, or a Dask cluster ({dask: {workers: 4}} or {dask: {address:
+    # tls://scheduler:8786}}). Where the work runs, not what it produces: out of the input hash.
+    runner: Literal["threads"] | Runner = Field(default="threads", exclude=True)
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _runner(cls, runner: Any) -> Any:
+        # One of two shapes: say which, not why the value is neither (pydantic's words for each member of a union).
+        if runner == "threads" or isinstance(runner, Runner):
+            return runner
+        if not isinstance(runner, dict):
+            raise ValueError("give threads, {dask: {workers: N}} or {dask: {address: tls://host:port}}")
+        return Runner.model_validate(runner)
 
     @field_validator("shards")
     @classmethod
@@ -128,12 +188,93 @@ class _Follow:
             self.progress.update(100.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardSpec(StepSpec):
+    """One shard as it travels to its worker: both ends' URLs and profiles (credentials as references, resolved
+    on the worker), the engine's settings and where the transfer state lives; never the plan's path."""
+
+    source: str = dataclasses.field(kw_only=True)
+    target: str = dataclasses.field(kw_only=True)
+    profiles: Mapping[str, Profile] = dataclasses.field(kw_only=True)
+    settings: TransferSettings = dataclasses.field(kw_only=True)
+    state_dir: str = dataclasses.field(kw_only=True)
+
+    def divided(self, peers: int) -> ShardSpec:
+        """The run's memory budget and bandwidth limit shared by `peers` workers."""
+        settings = self.settings
+        limited = {"bwlimit": max(1, settings.bwlimit // peers)} if settings.bwlimit else {}
+        shared = dataclasses.replace(settings, memory_budget=max(1, settings.memory_budget // peers), **limited)
+        return dataclasses.replace(self, settings=shared)
+
+    def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
+        """Copy the shard, journalling the keys it created; raises if any object failed."""
+        step = self.step
+        journal = audit.path(self.phase, _journal_name(step))
+        # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
+        target_file = _target_file(journal)
+        audit.write_json(self.phase, target_file.name, {"target": redact_url(self.target)})
+        created = Journal(journal)
+        follow = _Follow(
+            reporter.progress(
+                f"data-sync-{label(step).lower().replace('_', '-')}", f"data_sync progress, shard {step or '(all)'}"
+            )
+        )
+        result = None
+
+        def on_action(action: Action) -> None:
+            # Only keys the target did not hold: deleting them is a faithful undo.
+            if action.kind == COPY and action.dst is None:
+                add_created(action.key)
+
+        try:
+            with created.appending() as add_created:
+                result = run_sync(
+                    self.source,
+                    self.target,
+                    self.settings,
+                    profiles=self.profiles,
+                    state_dir=Path(self.state_dir),
+                    verify=False,  # the gate verifies, after every shard is done
+                    report_path=audit.path(self.phase, f"sync-{label(step)}.json"),
+                    on_action=on_action,
+                    on_start=follow.start,
+                    stop=reporter.stopping,
+                )
+        finally:
+            follow.stop(finished=result is not None)
+        summary = result.stats.summary()
+        objects = summary["objects"]
+        if objects["copied"] == objects["deleted"] == objects["failed"] == 0:
+            log.info("0 to copy: the target already holds the shard", shard=step or "(all)", equal=objects["skipped"])
+        else:
+            log.info("shard synced", shard=step or "(all)", **{k: objects[k] for k in ("copied", "skipped", "deleted")})
+        if result.stats.failed:
+            first = summary["failures"][0] if summary["failures"] else "see the report"
+            error = PermanentError if result.stats.rejected else TransientError
+            raise error(f"shard {step or '(all)'}: {result.stats.failed} object(s) failed; first: {first}")
+        # Where the shard ran: this process, or a worker of a Dask cluster.
+        summary["ran_on"] = f"{socket.gethostname()}:{os.getpid()}"
+        return StepResult(changed=bool(objects["copied"] or objects["deleted"]), details=summary)
+
+
 class DataSyncPhase(Phase):
     """Objects copied from the source storage to the target's, shard by shard, then verified."""
 
     name = "data_sync"
     settings_model = DataSyncSettings
     gate_model = DataGate
+
+    @classmethod
+    def check_plan(cls, plan: Plan) -> None:
+        if plan.phases.data_sync.runner == "threads":
+            return
+        for role in ("source", "target"):
+            url = getattr(plan, role).storage
+            if redact_url(url) != url:
+                raise ValueError(
+                    f"{role}.storage: a Dask runner sends the shard's URLs to its workers: move the password into a "
+                    "profile's credentials (an environment variable or a Prefect Secret block)"
+                )
 
     @property
     def live_inputs(self) -> bool:
@@ -173,9 +314,14 @@ class DataSyncPhase(Phase):
     def summary(self) -> str:
         sync, gate = self.settings, self.gate_settings
         shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
+        where = f"{sync.threads} threads"
+        if sync.runner != "threads":
+            dask = sync.runner.dask
+            cluster = f"the Dask scheduler {dask.address}" if dask.address else f"{dask.workers} local Dask workers"
+            where = f"shards on {cluster}, {where} each"
         return (
             f"copy what is missing or different from {self.loaded.storage('source')} to "
-            f"{self.loaded.storage('target')} ({sync.threads} threads; shards: {shards}; delete extraneous: "
+            f"{self.loaded.storage('target')} ({where}; shards: {shards}; delete extraneous: "
             f"{'yes' if sync.delete else 'no'}), then the data gate "
             f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, transfer state'})"
         )
@@ -211,50 +357,24 @@ class DataSyncPhase(Phase):
 
     def run(self, step: str, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Copy one shard, journalling the keys it created; raises if any object failed."""
-        journal = audit.path(self.name, _journal_name(step))
-        # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
-        target_file = _target_file(journal)
-        audit.write_json(self.name, target_file.name, {"target": redact_url(self.loaded.storage("target"))})
-        created = Journal(journal)
-        follow = _Follow(
-            reporter.progress(
-                f"data-sync-{label(step).lower().replace('_', '-')}", f"data_sync progress, shard {step or '(all)'}"
-            )
+        return self.step_spec(step).run(audit, reporter)
+
+    def placement(self) -> Placement:
+        runner = self.settings.runner
+        if runner == "threads":
+            return Placement()
+        return Placement(dask_address=runner.dask.address, dask_workers=runner.dask.workers)
+
+    def step_spec(self, step: str) -> ShardSpec:
+        return ShardSpec(
+            self.name,
+            step,
+            source=self.loaded.storage("source"),
+            target=self.loaded.storage("target"),
+            profiles=self.loaded.plan.profiles,
+            settings=self.transfer_settings(step),
+            state_dir=str(self.loaded.layout.state),
         )
-        result = None
-
-        def on_action(action: Action) -> None:
-            # Only keys the target did not hold: deleting them is a faithful undo.
-            if action.kind == COPY and action.dst is None:
-                add_created(action.key)
-
-        try:
-            with created.appending() as add_created:
-                result = run_sync(
-                    self.loaded.storage("source"),
-                    self.loaded.storage("target"),
-                    self.transfer_settings(step),
-                    profiles=self.loaded.plan.profiles,
-                    state_dir=self.loaded.layout.state,
-                    verify=False,  # the gate verifies, after every shard is done
-                    report_path=audit.path(self.name, f"sync-{label(step)}.json"),
-                    on_action=on_action,
-                    on_start=follow.start,
-                    stop=reporter.stopping,
-                )
-        finally:
-            follow.stop(finished=result is not None)
-        summary = result.stats.summary()
-        objects = summary["objects"]
-        if objects["copied"] == objects["deleted"] == objects["failed"] == 0:
-            log.info("0 to copy: the target already holds the shard", shard=step or "(all)", equal=objects["skipped"])
-        else:
-            log.info("shard synced", shard=step or "(all)", **{k: objects[k] for k in ("copied", "skipped", "deleted")})
-        if result.stats.failed:
-            first = summary["failures"][0] if summary["failures"] else "see the report"
-            error = PermanentError if result.stats.rejected else TransientError
-            raise error(f"shard {step or '(all)'}: {result.stats.failed} object(s) failed; first: {first}")
-        return StepResult(changed=bool(objects["copied"] or objects["deleted"]), details=summary)
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""

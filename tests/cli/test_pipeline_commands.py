@@ -58,8 +58,9 @@ def cancelled(flow_run_id):
     return None
 
 
-def slow_copy_plan(root: Path, name: str, moto_env, extra: str = "") -> Path:
-    """A plan copying a small object, then a 24 MiB one in 96 parts at 4 MB/s, to a fresh moto bucket `name`."""
+def slow_copy_plan(root: Path, name: str, moto_env, extra: str = "", sync: str = "") -> Path:
+    """A plan copying a small object, then a 24 MiB one in 96 parts at 4 MB/s, to a fresh moto bucket `name`
+    (`sync`: more of data_sync's settings, `extra`: more of the plan)."""
     (root / "src" / "a").mkdir(parents=True)
     (root / "src" / "a" / "small.bin").write_bytes(b"small")
     (root / "src" / "ckpt.bin").write_bytes(os.urandom(24 << 20))
@@ -68,7 +69,7 @@ def slow_copy_plan(root: Path, name: str, moto_env, extra: str = "") -> Path:
     plan.write_text(
         f"name: {name}\nsource: {{storage: ./src}}\ntarget: {{storage: 'moto://{name}/p'}}\n"
         f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}', min_part_size: 262144}}}}\n"
-        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M}\n"
+        f"phases:\n  data_sync: {{threads: 4, part_size: 256K, multipart_threshold: 1M, bwlimit: 4M{sync}}}\n"
         "retries: {attempts: 0, delay_s: 0}\n" + extra
     )
     return plan

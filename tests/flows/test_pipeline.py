@@ -15,6 +15,11 @@ from tests.support import write_plan
 
 def artifacts(flow_run_name: str) -> dict[str, str]:
     """key -> type of the artifacts of the run named flow_run_name and of its subflow runs."""
+    return {a.key or a.type: a.type for a in run_artifacts(flow_run_name)}
+
+
+def run_artifacts(flow_run_name: str) -> list:
+    """The artifacts of the run named flow_run_name and of its subflow runs, as the API gives them."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -30,8 +35,7 @@ def artifacts(flow_run_name: str) -> dict[str, str]:
             flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]))
         )
         ids = [parent.id, *(child.id for child in children)]
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
-    return {a.key or a.type: a.type for a in found}
+        return client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
 
 
 def test_run_commits_writes_audit_and_artifacts_then_a_rerun_diffs_and_copies_nothing(prefect_api, tmp_path) -> None:
@@ -50,6 +54,9 @@ def test_run_commits_writes_audit_and_artifacts_then_a_rerun_diffs_and_copies_no
     found = artifacts(run_id)
     assert found.get("gate-data-sync") == "markdown" and found.get("gate-table-data-sync") == "table"
     assert found.get("data-sync-a") == "progress"
+    # The shards' gauges merged into one for the phase, at 100 once both finished.
+    (merged,) = [a for a in run_artifacts(run_id) if a.key == "data-sync"]
+    assert merged.type == "progress" and merged.data == 100.0
 
     # Storage is not in the plan: data_sync is never skipped on the plan's hash, it diffs again.
     again = migrate(plan_path=str(plan))

@@ -1,0 +1,117 @@
+"""A phase's steps on a Dask cluster: Prefect's Dask task runner (prefect-dask, the `ferry[dask]` extra), the
+number of workers that share the run's budgets, and the phase's stop reaching steps that run in other processes.
+
+A local cluster's workers are processes of this machine; an existing scheduler is reached at its address (TLS
+unless on this machine: an open scheduler runs any code it is sent, `ferry.plan`'s rule). Workers report their
+task runs to the Prefect API, so they need its address: an existing scheduler's workers their own
+PREFECT_API_URL; a local cluster's inherit this process's, the temporary server's included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from prefect import get_client
+from prefect.context import FlowRunContext
+
+from ferry.errors import UsageError
+from ferry.phases.base import Placement
+
+EXTRA = "pip install 'ferry[dask]'"
+
+
+def task_runner(placement: Placement) -> Any:
+    """Prefect's Dask task runner for the placement (prefect_dask.DaskTaskRunner)."""
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise UsageError(f"a Dask runner needs prefect-dask and distributed: {EXTRA}") from None
+    # Dask's own INFO lines (scheduler, nannies, workers starting) are not the run's: warnings only, here and in
+    # the worker processes a local cluster starts (they read it from the environment).
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    if placement.dask_address:
+        if not os.environ.get("PREFECT_API_URL"):
+            raise UsageError(
+                "phases.data_sync.runner.dask.address: the scheduler's workers report to the Prefect API: set "
+                "PREFECT_API_URL (here and on every worker)"
+            )
+        return DaskTaskRunner(address=placement.dask_address)
+    if not os.environ.get("PREFECT_API_URL"):
+        # The temporary server this run started lives in this process: its workers, processes of their own,
+        # would each start another and report nowhere. They inherit its address.
+        with get_client(sync_client=True) as client:
+            os.environ["PREFECT_API_URL"] = str(client.api_url)
+    return DaskTaskRunner(
+        cluster_class="distributed.LocalCluster",
+        # One step at a time per worker process: the transfer engine runs its own pool of threads inside it.
+        cluster_kwargs={
+            "n_workers": placement.dask_workers,
+            "processes": True,
+            "threads_per_worker": 1,
+            "dashboard_address": None,
+        },
+    )
+
+
+def _client() -> Any:
+    """The running subflow's Dask client (its placement names a cluster)."""
+    from prefect_dask import DaskTaskRunner
+
+    runner = FlowRunContext.get().task_runner
+    assert isinstance(runner, DaskTaskRunner), runner
+    return runner.client
+
+
+def workers(placement: Placement) -> int:
+    """How many workers run the steps (1 on threads: the budgets are this process's)."""
+    if placement == Placement():
+        return 1
+    return max(1, len(_client().scheduler_info(n_workers=-1)["workers"]))
+
+
+def stop_event(placement: Placement) -> str | None:
+    """A name for the cluster-wide event that stops the phase's steps (None on threads: a threading.Event does)."""
+    return None if placement == Placement() else f"ferry-stop-{uuid.uuid4().hex}"
+
+
+def stop(placement: Placement, name: str | None) -> None:
+    """Set the cluster-wide stop event: steps running on workers stop soon, keeping what they verified."""
+    if name is None:
+        return
+    from distributed import Event
+
+    with contextlib.suppress(Exception):  # the cluster may be gone already (its workers stop with it)
+        Event(name, client=_client()).set()
+
+
+@contextlib.contextmanager
+def following(name: str | None, stopping: threading.Event) -> Iterator[None]:
+    """While a step runs on a Dask worker, set stopping once the driver sets the cluster-wide event `name`."""
+    if name is None:
+        yield
+        return
+    from distributed import Event
+
+    event, done = Event(name), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(Exception):  # a timeout, or the scheduler briefly away: look again
+                if event.wait(timeout=1.0):
+                    stopping.set()
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True, name="ferry-stop-watch")
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=5)

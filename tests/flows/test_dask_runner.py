@@ -1,0 +1,206 @@
+"""data_sync's shards on a local Dask cluster of worker processes: each shard travels as a ShardSpec (no plan path,
+no secret value), runs in a worker, and the results merge into one summary and one gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from ferry.phases.base import open_phase
+from ferry.plan import load_plan
+from tests.cli.test_pipeline_commands import slow_copy_plan
+from tests.flows.test_pipeline import run_artifacts
+from tests.support import Watched, parts_recorded, run_ferry
+
+PLAN = """\
+name: {name}
+source:
+  storage: {source}
+target:
+  storage: ./dst
+phases:
+  data_sync:
+    threads: 4
+    memory_budget: 64MiB
+    shards: [a/, b/, c/]
+    runner: {runner}
+retries: {{attempts: 1, delay_s: 0}}
+"""
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    files = {f"{shard}/{i}.bin": os.urandom(100 + i) for shard in "abc" for i in range(5)}
+    for key, data in files.items():
+        (root / "src" / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / "src" / key).write_bytes(data)
+    return files
+
+
+def test_shards_run_in_worker_processes_and_merge_into_one_gate(prefect_api: str, tmp_path: Path) -> None:
+    files = tree(tmp_path)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="dask-local", source="./src", runner="{dask: {workers: 2}}"))
+    ferry = Watched("run", str(plan), api=prefect_api)
+    code, out, err = ferry.finish()
+    assert code == 0, out + err
+    assert {k: (tmp_path / "dst" / k).read_bytes() for k in files} == files
+    (run,) = (tmp_path / ".ferry" / "runs").iterdir()
+    summaries = json.loads((run / "data_sync" / "summary.json").read_text())
+    assert sum(s["details"]["objects"]["copied"] for s in summaries) == len(files)
+    hosts = {s["details"]["ran_on"] for s in summaries}
+    # Not the driver's process: the cluster's worker processes (one or both, as the scheduler placed them).
+    assert all(not ran_on.endswith(f":{ferry.proc.pid}") for ran_on in hosts) and 1 <= len(hosts) <= 2, hosts
+    gate = json.loads((run / "data_sync" / "gate.json").read_text())
+    assert {r["status"] for r in gate} == {"PASS"}, gate
+    assert {"data.target_matches_source[a/]", "data.target_matches_source[c/]"} <= {r["name"] for r in gate}
+    # One progress view: the workers' shard gauges merged on the driver, beside each shard's own.
+    found = {a.key: a for a in run_artifacts(run.name)}
+    assert {"data-sync-a", "data-sync-b", "data-sync-c"} <= found.keys()
+    assert found["data-sync"].type == "progress" and found["data-sync"].data == 100.0
+    code, out, err = run_ferry("plan", "show", str(plan))
+    assert code == 0 and "shards on 2 local Dask workers, 4 threads each" in out, out + err
+
+
+def test_a_shard_travels_without_the_plan_or_a_secret(tmp_path: Path, monkeypatch) -> None:
+    tree(tmp_path)
+    monkeypatch.setenv("FERRY_TEST_SECRET_KEY", "s3cr3t-value-never-pickled")
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        PLAN.format(name="spec", source="sealed://bucket/data", runner="{dask: {workers: 2}}")
+        + """profiles:
+  sealed:
+    type: s3
+    endpoint_url: http://127.0.0.1:9
+    credentials: {access_key_id_env: FERRY_TEST_KEY_ID, secret_access_key_env: FERRY_TEST_SECRET_KEY}
+"""
+    )
+    phase = open_phase(load_plan(plan), "data_sync")
+    spec = phase.step_spec("b/")
+    blob = pickle.dumps(spec)
+    assert b"s3cr3t-value-never-pickled" not in blob and b"FERRY_TEST_SECRET_KEY" in blob
+    assert str(plan).encode() not in blob
+    assert pickle.loads(blob) == spec
+    # The run's budgets shared by the workers that run shards at once.
+    halves = spec.divided(2).settings
+    assert halves.memory_budget == 32 * 2**20 and halves.threads == spec.settings.threads
+
+
+@pytest.mark.parametrize(
+    ("runner", "problem"),
+    [
+        ("{dask: {workers: 2, address: 'tls://s:8786'}}", "name one of address"),
+        ("{dask: {}}", "name one of address"),
+        ("{dask: {address: 'tcp://10.1.2.3:8786'}}", "over tls://"),
+        ("{dask: {address: 'scheduler:8786'}}", "give tls://host:port"),
+        ("{dask: {workers: 0}}", "greater than or equal to 1"),
+        ("processes", "runner"),
+    ],
+)
+def test_a_bad_runner_is_one_line_naming_the_field(tmp_path: Path, runner: str, problem: str) -> None:
+    tree(tmp_path)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="bad", source="./src", runner=runner))
+    code, out, err = run_ferry("plan", "validate", str(plan))
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert "phases.data_sync.runner" in line and problem in line, line
+
+
+def test_a_password_in_a_url_does_not_travel_to_workers(tmp_path: Path) -> None:
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="pw", source="sftp://me:hunter2@host/data", runner="{dask: {workers: 2}}"))
+    code, out, err = run_ferry("plan", "validate", str(plan))
+    assert code == 2 and "source.storage" in err and "hunter2" not in err, out + err
+
+
+def test_an_existing_scheduler_needs_the_prefect_api(tmp_path: Path) -> None:
+    tree(tmp_path)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="remote", source="./src", runner="{dask: {address: 'tls://scheduler:8786'}}"))
+    code, out, err = run_ferry("plan", "validate", str(plan))
+    assert code == 2 and "phases.data_sync.runner.dask.address: PREFECT_API_URL is not set" in err, out + err
+    code, out, err = run_ferry("plan", "validate", str(plan), api="http://127.0.0.1:9/api")
+    assert code == 0, out + err
+
+
+PART = 256 * 1024  # slow_copy_plan's part size
+
+
+def slow_big_shard(root: Path, bucket: str, moto) -> tuple[Path, bytes]:
+    """slow_copy_plan's 24 MiB object at 4 MB/s in 256 KiB parts, its one shard on a local Dask cluster of two
+    workers; (the plan, the object's bytes)."""
+    plan = slow_copy_plan(root, bucket, moto, sync=", runner: {dask: {workers: 2}}")
+    return plan, (root / "src" / "ckpt.bin").read_bytes()
+
+
+def parts_once(state: Path, parts: int, proc) -> None:
+    deadline = time.monotonic() + 180
+    while parts_recorded(state) < parts and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert parts_recorded(state) >= parts, "the shard never reached its parts"
+
+
+def resumed(root: Path, moto, bucket: str, data: bytes, before: int) -> dict:
+    """The last run's one shard summary, once it is shown to have resumed the upload (the parts recorded before
+    were not sent again) and the object is whole."""
+    (*_, run) = sorted((root / ".ferry" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    (shard,) = json.loads((run / "data_sync" / "summary.json").read_text())
+    details = shard["details"]
+    multipart = details["multipart"]
+    assert multipart["resumed_uploads"] == 1 and multipart["parts_resumed"] >= before, multipart
+    # The parts resumed were not read again (the 5-byte object beside it may have been copied by either run).
+    read = details["bytes"]["read_through_ferry"] - len(data) + multipart["parts_resumed"] * PART
+    assert read in (0, len(b"small")), details["bytes"]
+    assert {r["status"] for r in json.loads((run / "data_sync" / "gate.json").read_text())} == {"PASS"}
+    assert moto.client("s3").get_object(Bucket=bucket, Key="p/ckpt.bin")["Body"].read() == data
+    return details
+
+
+def test_a_worker_killed_mid_shard_its_shard_resumes_on_another(prefect_api, moto_env, tmp_path) -> None:
+    import psutil
+
+    plan, data = slow_big_shard(tmp_path, "dask-killed", moto_env)
+    state = tmp_path / ".ferry" / "state"
+    ferry = Watched("run", str(plan), api=prefect_api)
+    parts_once(state, 10, ferry.proc)
+    (state_file,) = state.glob("transfers/*.sqlite")
+    (worker,) = [
+        child
+        for child in psutil.Process(ferry.proc.pid).children(recursive=True)
+        if any(f.path == str(state_file) for f in child.open_files())
+    ]
+    worker.kill()  # SIGKILL: nothing of the worker winds down
+    worker.wait(30)
+    before = parts_recorded(state)
+    code, out, err = ferry.finish()
+    assert code == 0, (out + err)[-3000:]
+    # Dask ran the shard again on a worker that lives; it resumed the upload from the shard's transfer state.
+    details = resumed(tmp_path, moto_env, "dask-killed", data, before)
+    assert not details["ran_on"].endswith(f":{worker.pid}")
+
+
+def test_ctrl_c_stops_the_workers_mid_shard_and_a_rerun_resumes(prefect_api, moto_env, tmp_path) -> None:
+    import psutil
+
+    plan, data = slow_big_shard(tmp_path, "dask-interrupted", moto_env)
+    state = tmp_path / ".ferry" / "state"
+    ferry = Watched("run", str(plan), api=prefect_api)
+    parts_once(state, 4, ferry.proc)
+    children = psutil.Process(ferry.proc.pid).children(recursive=True)
+    code, _, err = ferry.finish(signal.SIGINT)
+    assert code == 130, err[-3000:]
+    assert "ferry: interrupted by SIGINT; what was verified is kept" in err and "Traceback" not in err, err[-3000:]
+    # The cluster goes with the run: its worker processes end (a worker notices its nanny is gone within seconds).
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+    before = parts_recorded(state)
+    assert 4 <= before < len(data) // PART
+    code, out, err = run_ferry("run", str(plan), api=prefect_api)
+    assert code == 0, (out + err)[-3000:]
+    resumed(tmp_path, moto_env, "dask-interrupted", data, before)
