@@ -14,6 +14,7 @@ import typer
 from ferry import logs
 from ferry.cli.console import debugging, out
 from ferry.errors import UsageError
+from ferry.files import write_atomic
 from ferry.plan import load_plan
 
 
@@ -44,32 +45,75 @@ def serve(plan: Annotated[Path, typer.Argument(help="The plan file")]) -> None:
     if not loaded.plan.schedule:
         raise UsageError(f"{plan}: schedule: the plan has no cron schedule to serve")
     server_env("serve needs a Prefect server to schedule runs on")
-    from flows.pipeline import migrate
+    from flows.deploy import serve_plan
 
     out.print(f"serving deployment migrate/{loaded.plan.name} on '{loaded.plan.schedule}'", markup=False)
-    migrate.serve(name=loaded.plan.name, cron=loaded.plan.schedule, parameters={"plan_path": str(plan.resolve())})
+    serve_plan(loaded)
 
 
 def deploy(
     plan: Annotated[Path, typer.Argument(help="The plan file")],
     pool: Annotated[str, typer.Option(help="Work pool whose workers run it (created as a process pool if missing)")],
+    emit: Annotated[
+        Path | None,
+        typer.Option(help="Write the deployment to this prefect.yaml (to keep in git) instead of registering it"),
+    ] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(help="A notification block TYPE/NAME told when a run fails (an automation; needs the server)"),
+    ] = None,
 ) -> None:
-    """Register the plan as a Prefect deployment for a work pool, on its cron schedule (needs PREFECT_API_URL)."""
+    """Register the plan as a Prefect deployment for a work pool, on its cron schedule, one run at a time (needs
+    PREFECT_API_URL), or write it as a prefect.yaml with --emit."""
     loaded = load_plan(plan)
-    server_env("deploy needs the Prefect server the workers poll")
-    from flows.deploy import deploy_plan, ensure_pool
+    if emit is None or notify is not None:
+        server_env("deploy needs the Prefect server the workers poll" if emit is None else "--notify needs the server")
+    else:
+        prefect_env()
+    from flows.deploy import (
+        automations_yaml,
+        create_automation,
+        deploy_plan,
+        ensure_pool,
+        failure_automation,
+        notification_block,
+        prefect_yaml,
+    )
 
+    automation = failure_automation(loaded, notification_block(notify)) if notify else None
+    name = f"migrate/{loaded.plan.name}"
+    when = f"on '{loaded.plan.schedule}'" if loaded.plan.schedule else "on demand (the plan has no schedule)"
+    if emit is not None:
+        written = {emit: prefect_yaml(loaded, pool)}
+        if automation is not None:
+            written[emit.with_name("automations.yaml")] = automations_yaml(automation)
+        for path, text in written.items():
+            try:
+                write_atomic(path, text)
+            except OSError as exc:
+                raise UsageError(f"--emit {emit}: cannot write {path.name} there: {exc.strerror}") from None
+        lines = [f"wrote {emit}: deployment {name} for work pool {pool}, {when}, one run at a time"]
+        if automation is not None:
+            lines.append(f"wrote {emit.with_name('automations.yaml')}: {notify} is told when a run fails")
+        lines.append(f"register it: cd {emit.parent} && prefect --no-prompt deploy --all")
+        if automation is not None:
+            lines.append("and: prefect automation create --from-file automations.yaml")
+        out.print("\n".join(lines), markup=False, highlight=False)
+        return
     kind = ensure_pool(pool)
     if kind != "process":
         raise UsageError(
-            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that run this checkout)"
+            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that have ferry installed)"
         )
     deployment_id = deploy_plan(loaded, pool)
-    when = f"on '{loaded.plan.schedule}'" if loaded.plan.schedule else "on demand (the plan has no schedule)"
+    told = ""
+    if automation is not None:
+        create_automation(automation)
+        told = f"\n{notify} is told when a run fails (automation {automation['name']!r})"
     out.print(
-        f"deployment migrate/{loaded.plan.name} ({deployment_id}) in work pool {pool}, {when}\n"
+        f"deployment {name} ({deployment_id}) in work pool {pool}, {when}, one run at a time{told}\n"
         f"start a worker: prefect worker start --pool {pool}\n"
-        f"run it now: prefect deployment run migrate/{loaded.plan.name}",
+        f"run it now: prefect deployment run {name}",
         markup=False,
         highlight=False,
     )

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -203,49 +202,6 @@ def test_ferry_serve_runs_the_plan_when_its_cron_fires(prefect_api, tmp_path) ->
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
         log.close()
-
-
-def test_ferry_deploy_registers_for_a_work_pool_and_a_worker_runs_it(prefect_api, tmp_path) -> None:
-    from prefect.client.orchestration import get_client
-
-    plan = write_plan(tmp_path, "pooled", extra='schedule: "30 3 * * *"')
-    code, out, err = run_ferry("deploy", str(plan), "--pool", "ferry-test-pool", api=prefect_api)
-    assert code == 0, err
-    assert "deployment migrate/pooled" in out and "in work pool ferry-test-pool, on '30 3 * * *'" in out
-    with get_client(sync_client=True) as client:
-        deployment = client.read_deployment_by_name("migrate/pooled")
-        assert deployment.work_pool_name == "ferry-test-pool"
-        assert [s.schedule.cron for s in deployment.schedules] == ["30 3 * * *"]
-        run = client.create_flow_run_from_deployment(deployment.id)
-
-    # A real worker of the pool picks the run up and runs the plan from this checkout.
-    env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    prefect = str(Path(sys.executable).with_name("prefect"))
-    worker = subprocess.run(
-        [prefect, "worker", "start", "--pool", "ferry-test-pool", "--run-once"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    with get_client(sync_client=True) as client:
-        state = client.read_flow_run(run.id).state
-    assert state is not None and state.is_completed(), (state, worker.stdout[-2000:], worker.stderr[-2000:])
-    assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"]
-
-
-def test_ferry_deploy_needs_a_server_and_a_process_pool(prefect_api, tmp_path) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-
-    plan = write_plan(tmp_path, "pooled-wrong")
-    code, _, err = run_ferry("deploy", str(plan), "--pool", "p")
-    assert code == 2 and "deploy needs the Prefect server" in err
-    with get_client(sync_client=True) as client:
-        client.create_work_pool(WorkPoolCreate(name="ferry-k8s-pool", type="kubernetes"))
-    code, _, err = run_ferry("deploy", str(plan), "--pool", "ferry-k8s-pool", api=prefect_api)
-    assert code == 2 and "'ferry-k8s-pool' is a kubernetes pool" in err
 
 
 def test_a_waiting_approval_shows_its_command_and_a_timeout_is_one_line(prefect_api, tmp_path) -> None:
