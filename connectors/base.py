@@ -98,6 +98,9 @@ class Capabilities:
     max_single_put: int = 5 * GiB
     # Threads beyond which this store gains nothing (a local disk); None for network stores.
     useful_threads: int | None = None
+    # list(start_after=...) starts at that key in the store (S3's StartAfter): a key range, or a probe for one,
+    # costs a request, not a walk of everything before it (connectors/transfer/ranges.py).
+    listing_seeks: bool = False
 
 
 class Connector(abc.ABC):

@@ -78,7 +78,12 @@ def connector_kind(url: str, profiles: Mapping[str, Profile]) -> str:
     raise UsageError(f"{url}: unknown scheme {location.scheme!r} (known: {known}, a profile, or an fsspec protocol)")
 
 
+def connector_class(url: str, profiles: Mapping[str, Profile]) -> type[Connector]:
+    """The connector class url names (its declared capabilities, before anything is opened)."""
+    return _load_kind(connector_kind(url, profiles))
+
+
 def open_connector(url: str, profiles: Mapping[str, Profile]) -> Connector:
     """The connector for url: a profile alias, a built-in scheme, or any fsspec protocol."""
     location = parse_location(url)
-    return _load_kind(connector_kind(url, profiles)).from_location(location, profiles.get(location.scheme))
+    return connector_class(url, profiles).from_location(location, profiles.get(location.scheme))

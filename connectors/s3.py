@@ -192,6 +192,7 @@ class S3Connector(Connector):
         max_part_size=5 * GiB,
         max_parts=10_000,
         max_single_put=5 * GiB,
+        listing_seeks=True,
     )
 
     def __init__(

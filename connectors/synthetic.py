@@ -110,7 +110,7 @@ class SyntheticConnector(Connector):
     """A read-only source of generated objects (see the module's docstring for the URL)."""
 
     kind = "synthetic"
-    capabilities = Capabilities(exact_keys=True)
+    capabilities = Capabilities(exact_keys=True, listing_seeks=True)
 
     def __init__(self, url: str, groups: list[Group], seed: int):
         super().__init__(url)

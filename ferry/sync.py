@@ -76,7 +76,7 @@ def run_sync(
     A set stop event ends the copy early (what was verified is kept); the result says it was interrupted.
     """
     source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
-    state = TransferState(state_dir, source.url, target.url, settings.prefix)
+    state = TransferState(state_dir, source.url, target.url, settings.prefix, settings.key_range)
     seen = DataTally()
 
     def observe(action: Action) -> None:

@@ -134,6 +134,18 @@ MALFORMED = [
     ),
     ("unknown connector type", swap("type: s3", "type: ftp"), ":9:", "profiles.meta.type"),
     (
+        "key ranges of a source that cannot seek",
+        swap("shards: [train/, val/]", "shards: auto"),
+        None,
+        "phases.data_sync.shards: auto splits a source whose listing starts at a key (S3) into key ranges",
+    ),
+    (
+        "shards neither prefixes nor auto",
+        swap("shards: [train/, val/]", "shards: train/"),
+        ":16:",
+        "phases.data_sync.shards: give a list of key prefixes ([train/, val/]) or auto",
+    ),
+    (
         "phase without a required setting",
         swap("phases:\n", "phases:\n  manifests: {}\n"),
         ":13:",

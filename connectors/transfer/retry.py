@@ -59,14 +59,15 @@ _LIST_BATCH = 1000
 
 
 class _ResumableListing:
-    """connector.list() in batches; after a failure, the next batch lists again after the last key seen."""
+    """connector.list() in batches from start_after; after a failure, the next batch lists again after the last key
+    seen."""
 
-    def __init__(self, connector: Connector, prefix: str):
+    def __init__(self, connector: Connector, prefix: str, start_after: str):
         self._connector = connector
         self._prefix = prefix
         self._items: Iterator[ObjectInfo] | None = None
         self._batch: list[ObjectInfo] = []
-        self._last = ""
+        self._last = start_after
 
     def next_batch(self) -> list[ObjectInfo]:
         """Up to _LIST_BATCH more objects, [] at the end; what a failed call gathered waits for the next."""
@@ -88,10 +89,16 @@ class _ResumableListing:
 def listing(
     connector: Connector, settings: TransferSettings, on_retry: Callable[[], None] = lambda: None
 ) -> Iterator[ObjectInfo]:
-    """connector.list() under the retry policy, resumed after the last key seen; each batch has all its attempts."""
+    """connector.list() of the settings' prefix and key range under the retry policy, resumed after the last key
+    seen; each batch has all its attempts."""
     policy = retrying(settings, on_retry)
-    pages = _ResumableListing(connector, settings.prefix)
+    pages = _ResumableListing(connector, settings.prefix, settings.start_after)
+    end = settings.end_at
     while batch := policy(pages.next_batch):
+        if end and batch[-1].key > end:
+            # The range ends in this batch: no more pages are asked for.
+            yield from (info for info in batch if info.key <= end)
+            return
         yield from batch
 
 

@@ -51,6 +51,10 @@ class TransferSettings:
     dry_run: bool = False
     # Only keys under this prefix (a shard of the key space); "" is everything.
     prefix: str = ""
+    # ...and, for a key range of it (connectors/transfer/ranges.py), only keys after start_after and up to end_at
+    # (both relative to the root, as keys are; "" leaves that side open).
+    start_after: str = ""
+    end_at: str = ""
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     # Bytes per second through this machine; None is unlimited.
@@ -66,6 +70,11 @@ class TransferSettings:
                 raise ValueError(f"{knob.name} must be at least {limits.least}")
             if limits.most is not None and value > limits.most:
                 raise ValueError(f"{knob.name} must be at most {limits.most}")
+
+    @property
+    def key_range(self) -> tuple[str, str]:
+        """(start_after, end_at): the shard's key range of its prefix, ("", "") for the whole prefix."""
+        return self.start_after, self.end_at
 
     def selects(self, key: str) -> bool:
         """True if include/exclude globs let key through."""

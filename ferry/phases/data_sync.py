@@ -25,15 +25,16 @@ from pydantic import Field, field_validator, model_validator
 
 from checks.data import check_data
 from connectors.base import redact_url
-from connectors.registry import open_connector
+from connectors.registry import connector_class, open_connector
 from connectors.transfer import COPY, PROOFS, Action, Stats, TransferSettings, TransferState, bounds
+from connectors.transfer.ranges import key_ranges
 from ferry.audit import AuditFolder
 from ferry.config import Settings
 from ferry.errors import PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, StepResult, StepSpec, Undo
-from ferry.plan import Plan, Size
+from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
@@ -112,8 +113,12 @@ class DataSyncSettings(Settings):
     # fails, and at most how many attempts (none: the budget decides).
     retry_budget_s: float = _knob("retry_budget_s", "never")
     retries: int | None = _knob("retries", "never")
-    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard.
-    shards: list[str] = Field(default_factory=list)
+    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard, or, on a Dask runner,
+    # "auto": key ranges probed from the source (S3; connectors/transfer/ranges.py), listed and diffed each on its own.
+    shards: list[str] | Literal["auto"] = Field(default_factory=list)
+    # How many key ranges "auto" makes the first time (kept for every later run): 3 per worker of a local cluster,
+    # else 16. Where the work is split, not what it produces: out of the input hash.
+    ranges: int | None = Field(default=None, ge=2, le=10_000, exclude=True)
     # Where the shards run: "threads" of this process, or a Dask cluster ({dask: {workers: 4}} or {dask: {address:
     # tls://scheduler:8786}}). Where the work runs, not what it produces: out of the input hash.
     runner: Literal["threads"] | Runner = Field(default="threads", exclude=True)
@@ -128,9 +133,19 @@ class DataSyncSettings(Settings):
             raise ValueError("give threads, {dask: {workers: N}} or {dask: {address: tls://host:port}}")
         return Runner.model_validate(runner)
 
+    @field_validator("shards", mode="before")
+    @classmethod
+    def _shape(cls, shards: Any) -> Any:
+        # One of two shapes: say which, not why the value is neither (pydantic's words for each member of a union).
+        if shards == "auto" or isinstance(shards, list):
+            return shards
+        raise ValueError("give a list of key prefixes ([train/, val/]) or auto (key ranges probed from the source)")
+
     @field_validator("shards")
     @classmethod
-    def _disjoint(cls, shards: list[str]) -> list[str]:
+    def _disjoint(cls, shards: list[str] | str) -> list[str] | str:
+        if shards == "auto":
+            return shards
         for a in shards:
             for b in shards:
                 if a != b and b.startswith(a):
@@ -264,9 +279,19 @@ class DataSyncPhase(Phase):
     settings_model = DataSyncSettings
     gate_model = DataGate
 
+    def __init__(self, loaded: LoadedPlan):
+        super().__init__(loaded)
+        self._ranges: dict[str, tuple[str, str]] | None = None
+
     @classmethod
     def check_plan(cls, plan: Plan) -> None:
-        if plan.phases.data_sync.runner == "threads":
+        sync = plan.phases.data_sync
+        if sync.shards == "auto" and not connector_class(plan.source.storage, plan.profiles).capabilities.listing_seeks:
+            raise ValueError(
+                "phases.data_sync.shards: auto splits a source whose listing starts at a key (S3) into key ranges; "
+                "this source lists from the start every time: give its shards as prefixes ([a/, b/])"
+            )
+        if sync.runner == "threads":
             return
         for role in ("source", "target"):
             url = getattr(plan, role).storage
@@ -282,11 +307,46 @@ class DataSyncPhase(Phase):
         return True
 
     def steps(self) -> list[str]:
-        return list(self.settings.shards) or [""]
+        """The shards: the plan's prefixes, key ranges (`range-01`...: `shard_ranges`), or one for everything."""
+        if self.shard_ranges():
+            return list(self.shard_ranges())
+        return list(self.settings.shards) if self.settings.shards != "auto" else [""]
+
+    def shard_ranges(self) -> dict[str, tuple[str, str]]:
+        """The key ranges the shards are (by shard name), where the plan says `shards: auto` or gives none on a Dask
+        runner; made once per source and target, kept beside the transfer state, and read from there after."""
+        sync = self.settings
+        if sync.shards != "auto" and (sync.shards or sync.runner == "threads"):
+            return {}
+        if self._ranges is None:
+            source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+            target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
+            try:
+                if sync.shards != "auto" and not source.capabilities.listing_seeks:
+                    log.warning(
+                        "one shard: the source's listing cannot start at a key, so it is not split into key ranges",
+                        source=source.url,
+                        fix="give phases.data_sync.shards as prefixes",
+                    )
+                    self._ranges = {}
+                else:
+                    count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
+                    found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
+                    width = len(str(len(found)))
+                    self._ranges = {f"range-{i:0{width}d}": r for i, r in enumerate(found, start=1)}
+            finally:
+                source.close()
+                target.close()
+        return self._ranges
+
+    def _local_cluster(self) -> bool:
+        runner = self.settings.runner
+        return runner != "threads" and runner.dask.workers is not None
 
     def transfer_settings(self, shard: str, *, dry_run: bool = False) -> TransferSettings:
         """The engine's settings for one shard."""
         sync = self.settings
+        start_after, end_at = self.shard_ranges().get(shard, ("", ""))
         return TransferSettings(
             threads=sync.threads,
             part_size=sync.part_size,
@@ -300,7 +360,9 @@ class DataSyncPhase(Phase):
             checksum=sync.checksum,
             retry_budget_s=sync.retry_budget_s,
             retries=sync.retries,
-            prefix=shard,
+            prefix="" if start_after or end_at else shard,
+            start_after=start_after,
+            end_at=end_at,
             dry_run=dry_run,
         )
 
@@ -313,7 +375,10 @@ class DataSyncPhase(Phase):
 
     def summary(self) -> str:
         sync, gate = self.settings, self.gate_settings
-        shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
+        if sync.shards == "auto" or (not sync.shards and sync.runner != "threads"):
+            shards = "key ranges probed from the source the first time, kept for later runs"
+        else:
+            shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"
         where = f"{sync.threads} threads"
         if sync.runner != "threads":
             dask = sync.runner.dask
@@ -386,7 +451,7 @@ class DataSyncPhase(Phase):
                 settings = dataclasses.replace(settings, delete=True)
             source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
-            state = TransferState(self.loaded.layout.state, source.url, target.url, settings.prefix)
+            state = TransferState(self.loaded.layout.state, source.url, target.url, settings.prefix, settings.key_range)
             try:
                 result = check_data(source, target, state, settings, deep=gate.deep_verify)
             finally:

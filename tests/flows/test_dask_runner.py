@@ -204,3 +204,39 @@ def test_ctrl_c_stops_the_workers_mid_shard_and_a_rerun_resumes(prefect_api, mot
     code, out, err = run_ferry("run", str(plan), api=prefect_api)
     assert code == 0, (out + err)[-3000:]
     resumed(tmp_path, moto_env, "dask-interrupted", data, before)
+
+
+def test_a_plan_without_shards_is_split_into_key_ranges_each_on_a_worker(prefect_api, moto_env, tmp_path) -> None:
+    bucket = "dask-ranges"
+    client = moto_env.client("s3")
+    client.create_bucket(Bucket=bucket)
+    objects = {f"data/{i:04d}.bin": os.urandom(64) for i in range(300)}
+    for key, body in objects.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(
+        f"name: {bucket}\nsource: {{storage: 'moto://{bucket}/data'}}\ntarget: {{storage: ./dst}}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}'}}}}\n"
+        "phases:\n  data_sync: {threads: 4, runner: {dask: {workers: 2}}}\nretries: {attempts: 1, delay_s: 0}\n"
+    )
+
+    def run() -> tuple[list[dict], list[str]]:
+        code, out, err = run_ferry("run", str(plan), api=prefect_api)
+        assert code == 0, (out + err)[-3000:]
+        audit = Path(out.split("audit folder: ")[1].split()[0])
+        gate = json.loads((audit / "data_sync" / "gate.json").read_text())
+        assert {r["status"] for r in gate} == {"PASS"}, gate
+        return json.loads((audit / "data_sync" / "summary.json").read_text()), [r["name"] for r in gate]
+
+    summaries, names = run()
+    # 3 ranges per worker asked for, and up to twice as many made: each listed and copied on a worker.
+    assert 6 <= len(summaries) < 12 and names[0] == f"data.target_matches_source[range-{1:0{len(str(len(names)))}d}]"
+    copied = [s["details"]["objects"]["copied"] for s in summaries]
+    assert sum(copied) == len(objects) and min(copied) > 0, copied
+    assert {k.removeprefix("data/"): v for k, v in objects.items()} == {
+        p.relative_to(tmp_path / "dst").as_posix(): p.read_bytes() for p in (tmp_path / "dst").rglob("*.bin")
+    }
+    # The next run finds the same ranges (kept beside the transfer state), resumes each one's state: nothing to copy.
+    again, same_names = run()
+    assert same_names == names and [s["details"]["objects"]["copied"] for s in again] == [0] * len(again)
+    assert len(list((tmp_path / ".ferry" / "state" / "transfers").glob("ranges-*.json"))) == 1

@@ -50,3 +50,50 @@ def case(tmp_path: Path) -> DataSyncCase:
 @pytest.mark.parametrize("check", checks(xfail={rollback_twice_is_a_no_op: EMPTIED_DIRECTORY}))
 def test_conformance(case: DataSyncCase, check) -> None:
     check(case)
+
+
+class KeyRangesCase(DataSyncCase):
+    """The same phase with its shards made from key ranges (`shards: auto`): a generated source whose listing starts
+    at a key, probed into four or more ranges, each a step."""
+
+    def write_plan(self, root: Path) -> Path:
+        plan = root / "migration.yaml"
+        plan.write_text(
+            "name: conformance-ranges\nsource: {storage: 'synthetic://400x1K+3x100K'}\ntarget: {storage: ./dst}\n"
+            "phases:\n  data_sync: {shards: auto, ranges: 4}\nretries: {attempts: 1, delay_s: 0}\n"
+        )
+        (root / "dst" / "1K").mkdir(parents=True)
+        (root / "dst" / "1K" / "007").write_bytes(b"an older object")  # overwritten by the run
+        (root / "dst" / "stray.bin").write_bytes(b"not in the source")
+        return plan
+
+    def after_rollback(self, before: Observation) -> Observation:
+        return {**before, "dst 1K/007": listed("synthetic://400x1K+3x100K", "src")["src 1K/007"]}
+
+
+@pytest.fixture
+def ranges_case(tmp_path: Path) -> KeyRangesCase:
+    return KeyRangesCase(tmp_path)
+
+
+@pytest.mark.parametrize("check", checks(xfail={rollback_twice_is_a_no_op: EMPTIED_DIRECTORY.replace("b/", "100K/")}))
+def test_conformance_in_key_ranges(ranges_case: KeyRangesCase, check) -> None:
+    check(ranges_case)
+
+
+def test_key_ranges_are_the_steps_and_stay_the_same_for_every_run(tmp_path: Path) -> None:
+    from ferry.phases.base import open_phase
+    from ferry.plan import load_plan
+
+    plan = KeyRangesCase(tmp_path).plan
+    phase = open_phase(load_plan(plan), "data_sync")
+    steps = phase.steps()
+    assert 4 <= len(steps) < 8 and steps[0] == "range-1", steps
+    settings = [phase.transfer_settings(step) for step in steps]
+    assert settings[0].start_after == "" and settings[-1].end_at == ""
+    assert all(a.end_at == b.start_after for a, b in zip(settings, settings[1:], strict=False))
+    # Another run (another process, another worker) reads them from beside the transfer state.
+    (kept,) = (tmp_path / ".ferry" / "state" / "transfers").glob("ranges-*.json")
+    again = open_phase(load_plan(plan), "data_sync")
+    assert again.steps() == steps and [again.transfer_settings(s) for s in steps] == settings
+    assert "key ranges probed from the source the first time" in again.summary()
