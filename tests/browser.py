@@ -17,19 +17,19 @@ from tests.support import free_port
 
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
 
 
 class Browser:
-    """One Chromium process and one page, driven over CDP."""
+    """One Chromium process and one page, driven over CDP; window: its width and height in pixels."""
 
-    def __init__(self, chromium: str):
+    def __init__(self, chromium: str, window: tuple[int, int] = (1400, 1000)):
         self.port = free_port()
         self.profile = tempfile.mkdtemp(prefix="ferry-chromium-")
         debugging = [f"--remote-debugging-port={self.port}", f"--user-data-dir={self.profile}"]
         self.proc = subprocess.Popen(
-            [chromium, *FLAGS, *debugging, "about:blank"],
+            [chromium, *FLAGS, f"--window-size={window[0]},{window[1]}", *debugging, "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -65,22 +65,35 @@ class Browser:
         self.call("Page.navigate", url=url)
 
     def wait_for_text(self, text: str, timeout_s: float = 30.0) -> bool:
+        """True once the page's text holds text, whitespace aside: a person reads "name Completed" where the page
+        lays the two out on lines or in table cells of their own."""
+        wanted = " ".join(text.split())
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if text in (self.evaluate("document.body ? document.body.innerText : ''") or ""):
+            if wanted in " ".join((self.evaluate("document.body ? document.body.innerText : ''") or "").split()):
                 return True
             time.sleep(0.3)
         return False
 
-    def click_text(self, text: str) -> bool:
-        """Click the innermost element whose own text is exactly text."""
+    def _on_text(self, text: str, call: str) -> bool:
+        """Make the method call (JavaScript) on the innermost element whose own text is exactly text; False if none
+        is."""
         return bool(
             self.evaluate(
-                "(() => { const els = [...document.querySelectorAll('button, a, [role=tab], li, span, div')]"
-                f".filter(e => e.textContent.trim() === {json.dumps(text)});"
-                " const el = els[els.length - 1]; if (el) { el.click(); return true; } return false; })()"
+                "(() => { const els = [...document.querySelectorAll('button, a, [role=tab], li, span, div, h1, h2, h3, "
+                f"h4, h5, h6')].filter(e => e.textContent.trim() === {json.dumps(text)});"
+                f" const el = els[els.length - 1]; if (el) {{ el.{call}; return true; }} return false; }})()"
             )
         )
+
+    def click_text(self, text: str) -> bool:
+        """Click the innermost element whose own text is exactly text."""
+        return self._on_text(text, "click()")
+
+    def scroll_to_text(self, text: str) -> bool:
+        """Scroll the innermost element whose own text is exactly text into view (no further than that): a list
+        that renders only what is in view (Prefect's artifact grids) shows what follows it."""
+        return self._on_text(text, "scrollIntoView({block: 'nearest'})")
 
     def screenshot(self, path: Path) -> None:
         data = self.call("Page.captureScreenshot", format="png")["data"]

@@ -18,23 +18,27 @@ def artifacts(flow_run_name: str) -> dict[str, str]:
     return {a.key or a.type: a.type for a in run_artifacts(flow_run_name)}
 
 
-def run_artifacts(flow_run_name: str) -> list:
-    """The artifacts of the run named flow_run_name and of its subflow runs, as the API gives them."""
+def run_and_subflows(flow_run_name: str) -> tuple:
+    """The flow run named flow_run_name and its subflow runs (one per phase that ran), as the API gives them."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterFlowRunId,
-        FlowRunFilter,
-        FlowRunFilterName,
-        FlowRunFilterParentFlowRunId,
-    )
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId
 
     with get_client(sync_client=True) as client:
         (parent,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])))
         children = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]))
         )
-        ids = [parent.id, *(child.id for child in children)]
+    return parent, children
+
+
+def run_artifacts(flow_run_name: str) -> list:
+    """The artifacts of the run named flow_run_name and of its subflow runs, as the API gives them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    parent, children = run_and_subflows(flow_run_name)
+    ids = [parent.id, *(child.id for child in children)]
+    with get_client(sync_client=True) as client:
         return client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
 
 
