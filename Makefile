@@ -47,6 +47,7 @@ test: $(STAMP) servers controlplane
 bench: $(STAMP) servers
 	$(PY) -m bench.run
 	$(PY) -m bench.resume
+	$(PY) -m bench.scale
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -24,6 +24,13 @@ from ferry.errors import UsageError
 from ferry.phases.base import Placement
 
 EXTRA = "pip install 'ferry[dask]'"
+# How ferry's Dask workers run. Dask's sampling profiler calls sys._current_frames() in every worker every 10 ms; on
+# CPython 3.11 before 3.11.9 that deadlocks with the garbage collector (python/cpython#106883, dask/distributed#8616):
+# measured here, a worker running the engine's 128 threads hung for good, every thread waiting for the GIL that the
+# profiler's collection held. ferry's workers are not profiled. Set in this process's Dask config, which a local
+# cluster's nannies hand to their workers; a remote cluster's workers need it in their environment
+# (DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False: deploy/k8s sets it).
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 
 
 def task_runner(placement: Placement) -> Any:
@@ -32,6 +39,9 @@ def task_runner(placement: Placement) -> Any:
         from prefect_dask import DaskTaskRunner
     except ImportError:
         raise UsageError(f"a Dask runner needs prefect-dask and distributed: {EXTRA}") from None
+    import dask
+
+    dask.config.set(WORKER_CONFIG)
     # Dask's own INFO lines (scheduler, nannies, workers starting) are not the run's: warnings only, here and in
     # the worker processes a local cluster starts (they read it from the environment).
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")

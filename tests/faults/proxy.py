@@ -17,7 +17,8 @@ Per request, seeded so that a failure replays:
   flipped, its headers as the store sent them: a corruption between the store and the client);
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
 `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
-with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource.
+with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource. With
+`latency_s`, every request forwarded waits that long first, as on the way to a distant endpoint (the benchmark's).
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
 bytes included), `write_headers` (how many writes carried each header, by lower-case name), `headers` (the same
@@ -34,6 +35,7 @@ import re
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -100,6 +102,7 @@ class FaultProxy:
         corrupt: str | None = None,
         corrupt_times: int = 1,
         unavailable: str | None = None,
+        latency_s: float = 0.0,
     ):
         assert set(kinds) <= set(KINDS) and lie in (
             None,
@@ -122,6 +125,7 @@ class FaultProxy:
         self.corrupt_left = corrupt_times
         self.corrupted = 0
         self.unavailable = unavailable
+        self.latency_s = latency_s
         self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
         self.refused = 0
         self.retry_after = retry_after
@@ -287,6 +291,8 @@ class FaultProxy:
                 self._forward(body, fault, lie)
 
             def _forward(self, body: bytes, fault: str | None, lie: bool) -> None:
+                if proxy.latency_s:
+                    time.sleep(proxy.latency_s)  # the way to a distant endpoint and back: requests overlap it
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() not in ("connection", "transfer-encoding")

@@ -240,3 +240,18 @@ def test_a_plan_without_shards_is_split_into_key_ranges_each_on_a_worker(prefect
     again, same_names = run()
     assert same_names == names and [s["details"]["objects"]["copied"] for s in again] == [0] * len(again)
     assert len(list((tmp_path / ".ferry" / "state" / "transfers").glob("ranges-*.json"))) == 1
+
+
+def test_ferry_s_dask_workers_are_not_profiled(monkeypatch) -> None:
+    """Dask's sampling profiler deadlocks a worker with the garbage collector on CPython 3.11 before 3.11.9
+    (python/cpython#106883): bench.scale hung a worker running the engine's 128 threads with it on. The driver's Dask
+    config, which a local cluster's nannies hand their workers, turns it off."""
+    import dask
+
+    from ferry.phases.base import Placement
+    from flows.cluster import task_runner
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    with dask.config.set({"distributed.worker.profile.enabled": True}):
+        task_runner(Placement(dask_address="tls://scheduler:8786"))
+        assert dask.config.get("distributed.worker.profile.enabled") is False
