@@ -216,7 +216,10 @@ def render(engine_rows: list[dict], plan_rows: list[dict], list_rows: list[dict]
         lines += ["| plan + diff | keys | ranges | planning s | diff s | keys/s | peak RSS MB |", "|---" * 7 + "|"]
         lines += [f"| synthetic, dry run | {r['keys']:,} | {r['ranges']} | {r['plan_s']:.2f} | {r['diff_s']:.1f} "
                   f"| {r['keys_per_s']:,.0f} | {r['peak_rss_mb']:.0f} |" for r in plan_rows]  # fmt: skip
-        lines.append("")
+        ratio = plan_rows[-1]["peak_rss_mb"] / plan_rows[0]["peak_rss_mb"]
+        verdict = "ok" if ratio <= 1.2 else "MISSED"
+        lines += ["", f"Flat memory: peak RSS at {plan_rows[-1]['keys']:,} keys is {ratio:.2f}x that at "
+                  f"{plan_rows[0]['keys']:,} (target <= 1.2x): {verdict}", ""]  # fmt: skip
     if list_rows:
         lines += [f"| listing through {LATENCY_S * 1000:.0f} ms a request | ranges | wall s | of which probing s "
                   "| LIST requests | of which probes | moto CPU s |", "|---" * 7 + "|"]  # fmt: skip

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -79,11 +80,25 @@ def _client() -> Any:
     return runner.client
 
 
-def workers(placement: Placement) -> int:
-    """How many workers run the steps (1 on threads: the budgets are this process's)."""
+def workers() -> int:
+    """How many steps the cluster runs at once: its workers' threads (one each on a local cluster)."""
+    info = _client().scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(worker.get("nthreads", 1) for worker in info.values()))
+
+
+# How long a stopped phase waits for its steps still running on workers (each stops at its next object or part).
+DRAIN_S = 120.0
+
+
+def drain(placement: Placement, futures: list[Any]) -> None:
+    """After stop(): wait until the steps submitted to the cluster have ended, at most DRAIN_S in all (on threads,
+    Prefect's own exit waits for them)."""
     if placement == Placement():
-        return 1
-    return max(1, len(_client().scheduler_info(n_workers=-1)["workers"]))
+        return
+    deadline = time.monotonic() + DRAIN_S
+    for future in futures:
+        with contextlib.suppress(Exception):  # a step's own failure, or the cluster gone: it has ended either way
+            future.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def stop_event(placement: Placement) -> str | None:
@@ -107,9 +122,11 @@ def following(name: str | None, stopping: threading.Event) -> Iterator[None]:
     if name is None:
         yield
         return
-    from distributed import Event
+    from distributed import Event, get_client
 
-    event, done = Event(name), threading.Event()
+    # The worker's client, resolved here in the step's own thread: an Event finds it lazily, by the calling thread,
+    # and the watcher's thread is not one of the worker's (its every wait failed: the stop never came).
+    event, done = Event(name, client=get_client()), threading.Event()
 
     def watch() -> None:
         while not done.is_set():

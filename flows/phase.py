@@ -155,15 +155,21 @@ def _phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[d
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
     steps, placement = runner.steps(), runner.placement()
     stop_event = cluster.stop_event(placement)
-    # The run's budgets (bandwidth, memory) divided among the workers that run steps at once.
-    peers = min(len(steps), cluster.workers(placement))
+    # The run's budgets (bandwidth, memory; on threads the engine's threads too) divided among the steps that run at
+    # once: all of them in this process's threads, as many as the cluster's workers run at once on Dask.
+    in_process = placement == Placement()
+    at_once = len(steps) if in_process else cluster.workers()
+    peers = min(len(steps), at_once) if runner.concurrent_steps else 1
+    submitted = []
 
     def submit(step: str):
         name = f"{phase} {step!r}" if step else phase
         spec = runner.step_spec(step)
-        return run_step.with_options(task_run_name=name, **options).submit(
-            spec.divided(peers) if peers > 1 else spec, audit_root, stop_event
+        future = run_step.with_options(task_run_name=name, **options).submit(
+            spec.divided(peers, in_process=in_process) if peers > 1 else spec, audit_root, stop_event
         )
+        submitted.append(future)
+        return future
 
     try:
         try:
@@ -185,6 +191,9 @@ def _phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[d
         # threads (or workers). The event stays set (and registered), so that no retry or queued step starts after.
         stopping.set()
         cluster.stop(placement, stop_event)
+        # Workers do not stop with this process as its threads do: the steps still running there end (keeping what
+        # they verified, journalled) before anything decides to undo what they journal.
+        cluster.drain(placement, submitted)
         raise
     _stopping.pop(f"{audit_root}:{phase}", None)
     return {"summaries": summaries, "gate": gate}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def midpoint(low: str, high: str | None) -> str | None:
         common += 1
     after = ord(low[common]) if common < len(low) else -1
     if high is None:
-        before = max(_TOP, after + 2)
+        before = min(max(_TOP, after + 2), sys.maxunicode + 1)
     elif common == len(high):
         return None  # high is a prefix of low: nothing is after low and before high (low < high never holds)
     else:
@@ -137,8 +138,11 @@ def key_ranges(source: Connector, target_url: str, prefix: str, count: int, stat
         return next((info.key for info in source.list(prefix, start_after=prefix + after if after else "")), None)
 
     found = [prefix + b for b in probe(lambda after: _relative(first_after(after), prefix), count)]
-    record = {"source": source.url, "target": target_url, "prefix": prefix, "asked": count, "boundaries": found}
-    write_atomic(path, json.dumps(record, indent=2) + "\n")
+    if found:
+        # Kept: every later run and worker uses these. A source with fewer than two keys has none to keep (its one
+        # range is the whole prefix, whose transfer state is the unsplit one's): the next run probes again.
+        record = {"source": source.url, "target": target_url, "prefix": prefix, "asked": count, "boundaries": found}
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
     return ranges(found)
 
 

@@ -93,9 +93,12 @@ def listing(
     seen; each batch has all its attempts."""
     policy = retrying(settings, on_retry)
     pages = _ResumableListing(connector, settings.prefix, settings.start_after)
-    end = settings.end_at
+    start, end = settings.key_range
     while batch := policy(pages.next_batch):
-        if end and batch[-1].key > end:
+        if start and batch[0].key <= start:
+            # A store that ignored StartAfter: two ranges would both copy these keys.
+            batch = [info for info in batch if info.key > start]
+        if end and batch and batch[-1].key > end:
             # The range ends in this batch: no more pages are asked for.
             yield from (info for info in batch if info.key <= end)
             return

@@ -6,11 +6,13 @@ Every command that starts a flow or reaches a server sets those settings first (
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from connectors.base import redact_url
 from ferry import logs
 from ferry.cli.console import debugging, out
 from ferry.errors import UsageError
@@ -33,9 +35,17 @@ def prefect_env() -> None:
 
 
 def server_env(needs: str) -> None:
-    """Stop with one line unless PREFECT_API_URL names a server; then set Prefect's settings for this process."""
-    if not os.environ.get("PREFECT_API_URL"):
+    """Stop with one line unless PREFECT_API_URL names a server that answers; then set Prefect's settings for this
+    process."""
+    api = os.environ.get("PREFECT_API_URL")
+    if not api:
         raise UsageError(f"{needs}: run `ferry ui` and set PREFECT_API_URL")
+    try:
+        with urllib.request.urlopen(f"{api.rstrip('/')}/health", timeout=10):
+            pass
+    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, an HTTP error, not a URL
+        why = getattr(exc, "reason", None) or exc
+        raise UsageError(f"{needs}: PREFECT_API_URL {redact_url(api)} does not answer ({why})") from None
     prefect_env()
 
 
@@ -95,7 +105,9 @@ def deploy(
         lines = [f"wrote {emit}: deployment {name} for work pool {pool}, {when}, one run at a time"]
         if automation is not None:
             lines.append(f"wrote {emit.with_name('automations.yaml')}: {notify} is told when a run fails")
-        lines.append(f"register it: cd {emit.parent} && prefect --no-prompt deploy --all")
+        # prefect deploy reads prefect.yaml unless told another file.
+        named = "" if emit.name == "prefect.yaml" else f" --prefect-file {emit.name}"
+        lines.append(f"register it: cd {emit.parent} && prefect --no-prompt deploy --all{named}")
         if automation is not None:
             lines.append("and: prefect automation create --from-file automations.yaml")
         out.print("\n".join(lines), markup=False, highlight=False)

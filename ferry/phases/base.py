@@ -119,9 +119,10 @@ class StepSpec(abc.ABC):
     def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Do the step, where it runs (what Phase.run does)."""
 
-    def divided(self, peers: int) -> StepSpec:
-        """The spec for one of `peers` steps running at once on separate machines: what the plan sets for the whole
-        run (a bandwidth limit, a memory budget) divided among them. Unchanged by default."""
+    def divided(self, peers: int, *, in_process: bool) -> StepSpec:
+        """The spec for one of `peers` steps running at once: what the plan sets for the whole run (a bandwidth limit,
+        a memory budget; in_process, when they share this process, its threads too) divided among them. Unchanged by
+        default."""
         return self
 
     def checked(self) -> StepSpec:

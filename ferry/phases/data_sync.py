@@ -113,8 +113,9 @@ class DataSyncSettings(Settings):
     # fails, and at most how many attempts (none: the budget decides).
     retry_budget_s: float = _knob("retry_budget_s", "never")
     retries: int | None = _knob("retries", "never")
-    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard, or, on a Dask runner,
-    # "auto": key ranges probed from the source (S3; connectors/transfer/ranges.py), listed and diffed each on its own.
+    # Key prefixes, each synced as its own shard (one Prefect task); none means one shard; "auto": key ranges probed
+    # from the source (S3; connectors/transfer/ranges.py), each listed and diffed on its own. Never implied by the
+    # runner: another runner must not mean another transfer state (and its unfinished uploads abandoned).
     shards: list[str] | Literal["auto"] = Field(default_factory=list)
     # How many key ranges "auto" makes the first time (kept for every later run): 3 per worker of a local cluster,
     # else 16. Where the work is split, not what it produces: out of the input hash.
@@ -214,12 +215,16 @@ class ShardSpec(StepSpec):
     settings: TransferSettings = dataclasses.field(kw_only=True)
     state_dir: str = dataclasses.field(kw_only=True)
 
-    def divided(self, peers: int) -> ShardSpec:
-        """The run's memory budget and bandwidth limit shared by `peers` workers."""
+    def divided(self, peers: int, *, in_process: bool) -> ShardSpec:
+        """The run's memory budget and bandwidth limit shared by `peers` shards at once (and the engine's threads,
+        where they run in one process)."""
         settings = self.settings
-        limited = {"bwlimit": max(1, settings.bwlimit // peers)} if settings.bwlimit else {}
-        shared = dataclasses.replace(settings, memory_budget=max(1, settings.memory_budget // peers), **limited)
-        return dataclasses.replace(self, settings=shared)
+        shares: dict[str, Any] = {"memory_budget": max(1, settings.memory_budget // peers)}
+        if settings.bwlimit:
+            shares["bwlimit"] = max(1, settings.bwlimit // peers)
+        if in_process:
+            shares["threads"] = max(1, settings.threads // peers)
+        return dataclasses.replace(self, settings=dataclasses.replace(settings, **shares))
 
     def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Copy the shard, journalling the keys it created; raises if any object failed."""
@@ -272,6 +277,14 @@ class ShardSpec(StepSpec):
         return StepResult(changed=bool(objects["copied"] or objects["deleted"]), details=summary)
 
 
+def _seeks(plan: Plan) -> bool:
+    """Whether the plan's source lists from a key (an unknown scheme is said by the plan's own check, with its line)."""
+    try:
+        return connector_class(plan.source.storage, plan.profiles).capabilities.listing_seeks
+    except UsageError:
+        return True
+
+
 class DataSyncPhase(Phase):
     """Objects copied from the source storage to the target's, shard by shard, then verified."""
 
@@ -286,7 +299,7 @@ class DataSyncPhase(Phase):
     @classmethod
     def check_plan(cls, plan: Plan) -> None:
         sync = plan.phases.data_sync
-        if sync.shards == "auto" and not connector_class(plan.source.storage, plan.profiles).capabilities.listing_seeks:
+        if sync.shards == "auto" and not _seeks(plan):
             raise ValueError(
                 "phases.data_sync.shards: auto splits a source whose listing starts at a key (S3) into key ranges; "
                 "this source lists from the start every time: give its shards as prefixes ([a/, b/])"
@@ -308,35 +321,27 @@ class DataSyncPhase(Phase):
 
     def steps(self) -> list[str]:
         """The shards: the plan's prefixes, key ranges (`range-01`...: `shard_ranges`), or one for everything."""
-        if self.shard_ranges():
-            return list(self.shard_ranges())
-        return list(self.settings.shards) if self.settings.shards != "auto" else [""]
+        if self.settings.shards == "auto":
+            return list(self.shard_ranges())  # one at least: a source of one key (or none) is one range
+        return list(self.settings.shards) or [""]
 
     def shard_ranges(self) -> dict[str, tuple[str, str]]:
-        """The key ranges the shards are (by shard name), where the plan says `shards: auto` or gives none on a Dask
-        runner; made once per source and target, kept beside the transfer state, and read from there after."""
+        """The key ranges the shards are (by shard name), where the plan says `shards: auto`; made once per source
+        and target, kept beside the transfer state, and read from there after."""
         sync = self.settings
-        if sync.shards != "auto" and (sync.shards or sync.runner == "threads"):
+        if sync.shards != "auto":
             return {}
         if self._ranges is None:
             source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
             try:
-                if sync.shards != "auto" and not source.capabilities.listing_seeks:
-                    log.warning(
-                        "one shard: the source's listing cannot start at a key, so it is not split into key ranges",
-                        source=source.url,
-                        fix="give phases.data_sync.shards as prefixes",
-                    )
-                    self._ranges = {}
-                else:
-                    count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
-                    found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
-                    width = len(str(len(found)))
-                    self._ranges = {f"range-{i:0{width}d}": r for i, r in enumerate(found, start=1)}
+                count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
+                found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
             finally:
                 source.close()
                 target.close()
+            width = len(str(len(found)))
+            self._ranges = {f"range-{i:0{width}d}": r for i, r in enumerate(found, start=1)}
         return self._ranges
 
     def _local_cluster(self) -> bool:
@@ -346,7 +351,8 @@ class DataSyncPhase(Phase):
     def transfer_settings(self, shard: str, *, dry_run: bool = False) -> TransferSettings:
         """The engine's settings for one shard."""
         sync = self.settings
-        start_after, end_at = self.shard_ranges().get(shard, ("", ""))
+        ranges = self.shard_ranges()
+        start_after, end_at = ranges.get(shard, ("", ""))
         return TransferSettings(
             threads=sync.threads,
             part_size=sync.part_size,
@@ -360,7 +366,7 @@ class DataSyncPhase(Phase):
             checksum=sync.checksum,
             retry_budget_s=sync.retry_budget_s,
             retries=sync.retries,
-            prefix="" if start_after or end_at else shard,
+            prefix="" if shard in ranges else shard,
             start_after=start_after,
             end_at=end_at,
             dry_run=dry_run,
@@ -375,7 +381,7 @@ class DataSyncPhase(Phase):
 
     def summary(self) -> str:
         sync, gate = self.settings, self.gate_settings
-        if sync.shards == "auto" or (not sync.shards and sync.runner != "threads"):
+        if sync.shards == "auto":
             shards = "key ranges probed from the source the first time, kept for later runs"
         else:
             shards = ", ".join(sync.shards) if sync.shards else "one shard (the whole prefix)"

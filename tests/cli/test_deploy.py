@@ -17,13 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cli.test_pipeline_commands import files
 from tests.support import run_ferry, write_plan
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
-
-
-def files(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
 def worker(api: str, pool: str, *, run_once: bool, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -105,6 +102,10 @@ def test_ferry_deploy_needs_a_server_and_a_process_pool(prefect_api, tmp_path) -
     plan = write_plan(tmp_path, "pooled-wrong")
     code, _, err = run_ferry("deploy", str(plan), "--pool", "p")
     assert code == 2 and "deploy needs the Prefect server" in err
+    code, _, err = run_ferry("deploy", str(plan), "--pool", "p", api="http://127.0.0.1:9/api")
+    assert code == 2 and err.startswith("ferry: error: deploy needs the Prefect server the workers poll: ") and (
+        "PREFECT_API_URL http://127.0.0.1:9/api does not answer (" in err and len(err.splitlines()) == 1
+    ), err
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="ferry-k8s-pool", type="kubernetes"))
     code, _, err = run_ferry("deploy", str(plan), "--pool", "ferry-k8s-pool", api=prefect_api)
@@ -127,7 +128,9 @@ def test_the_emitted_prefect_yaml_registers_what_ferry_deploy_does_and_runs_one_
     ops = tmp_path / "ops-repo"  # where a team keeps it: not ferry's tree, not the plan's folder
     code, out, err = run_ferry("deploy", str(plan), "--pool", "ferry-emit-pool", "--emit", str(ops / "prefect.yaml"))
     assert code == 0, err  # no server needed to write it
-    assert "register it: cd " in out and not (ops / "automations.yaml").exists()
+    assert "prefect --no-prompt deploy --all\n" in out and not (ops / "automations.yaml").exists()
+    code, out, err = run_ferry("deploy", str(plan), "--pool", "ferry-emit-pool", "--emit", str(ops / "deploy.yaml"))
+    assert code == 0 and "prefect --no-prompt deploy --all --prefect-file deploy.yaml" in out, out + err
     written = yaml.safe_load((ops / "prefect.yaml").read_text())
     assert written["deployments"][0]["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
 
@@ -148,7 +151,7 @@ def test_the_emitted_prefect_yaml_registers_what_ferry_deploy_does_and_runs_one_
     with get_client(sync_client=True) as client:
         deployment_id = client.read_deployment_by_name("migrate/emitted").id
         first = client.create_flow_run_from_deployment(deployment_id)
-    held = {"FERRY_FAILPOINTS": "data_sync:gate", "FERRY_FAILPOINT_WAIT_S": "20"}
+    held = {"FERRY_FAILPOINTS": "data_sync:gate", "FERRY_FAILPOINT_WAIT_S": "30"}
     proc = worker(prefect_api, "ferry-emit-pool", run_once=False, env=held)
     try:
         deadline = time.monotonic() + 180

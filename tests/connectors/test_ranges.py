@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from connectors.registry import open_connector
@@ -19,6 +19,8 @@ keys = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 
 
 @given(keys, st.one_of(st.none(), keys))
+@example("\U0010ffff", None)
+@example("a\U0010ffff\U0010ffff", "b")
 def test_a_midpoint_lies_between_its_ends_and_has_a_utf8_form(low: str, high: str | None) -> None:
     if high is not None and high <= low:
         low, high = high, low

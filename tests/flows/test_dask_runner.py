@@ -87,8 +87,10 @@ def test_a_shard_travels_without_the_plan_or_a_secret(tmp_path: Path, monkeypatc
     assert str(plan).encode() not in blob
     assert pickle.loads(blob) == spec
     # The run's budgets shared by the workers that run shards at once.
-    halves = spec.divided(2).settings
+    halves = spec.divided(2, in_process=False).settings
     assert halves.memory_budget == 32 * 2**20 and halves.threads == spec.settings.threads
+    # Steps that share this process (the threads runner) share its engine threads too.
+    assert spec.divided(2, in_process=True).settings.threads == spec.settings.threads // 2
 
 
 @pytest.mark.parametrize(
@@ -206,7 +208,7 @@ def test_ctrl_c_stops_the_workers_mid_shard_and_a_rerun_resumes(prefect_api, mot
     resumed(tmp_path, moto_env, "dask-interrupted", data, before)
 
 
-def test_a_plan_without_shards_is_split_into_key_ranges_each_on_a_worker(prefect_api, moto_env, tmp_path) -> None:
+def test_shards_auto_splits_the_source_into_key_ranges_each_on_a_worker(prefect_api, moto_env, tmp_path) -> None:
     bucket = "dask-ranges"
     client = moto_env.client("s3")
     client.create_bucket(Bucket=bucket)
@@ -217,7 +219,8 @@ def test_a_plan_without_shards_is_split_into_key_ranges_each_on_a_worker(prefect
     plan.write_text(
         f"name: {bucket}\nsource: {{storage: 'moto://{bucket}/data'}}\ntarget: {{storage: ./dst}}\n"
         f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}'}}}}\n"
-        "phases:\n  data_sync: {threads: 4, runner: {dask: {workers: 2}}}\nretries: {attempts: 1, delay_s: 0}\n"
+        "phases:\n  data_sync: {threads: 4, shards: auto, runner: {dask: {workers: 2}}}\n"
+        "retries: {attempts: 1, delay_s: 0}\n"
     )
 
     def run() -> tuple[list[dict], list[str]]:

@@ -97,3 +97,41 @@ def test_key_ranges_are_the_steps_and_stay_the_same_for_every_run(tmp_path: Path
     again = open_phase(load_plan(plan), "data_sync")
     assert again.steps() == steps and [again.transfer_settings(s) for s in steps] == settings
     assert "key ranges probed from the source the first time" in again.summary()
+
+
+@pytest.mark.parametrize("shape", ["1x1K", "2x1K"])
+def test_a_source_of_one_or_two_keys_is_synced_whole_in_its_ranges(tmp_path: Path, shape: str) -> None:
+    class Tiny(KeyRangesCase):
+        def write_plan(self, root: Path) -> Path:
+            plan = root / "migration.yaml"
+            plan.write_text(
+                f"name: tiny-ranges\nsource: {{storage: 'synthetic://{shape}'}}\ntarget: {{storage: ./dst}}\n"
+                "phases:\n  data_sync: {shards: auto}\n"
+            )
+            return plan
+
+    case = Tiny(tmp_path)
+    results = case.run("first")
+    assert sum(r.details["objects"]["copied"] for r in results) == int(shape.split("x")[0])
+    source = listed(f"synthetic://{shape}", "src")
+    assert case.target() == {f"dst {k.removeprefix('src ')}": v for k, v in source.items()}
+    assert {r.status.value for r in case.phase().gate(case.audit("first"))} == {"PASS"}
+    # One key: one range, the whole prefix, nothing kept (the next run probes again, as the source may have grown).
+    kept = list((tmp_path / ".ferry" / "state" / "transfers").glob("ranges-*.json"))
+    assert len(kept) == (0 if shape == "1x1K" else 1) and len(results) == (1 if shape == "1x1K" else 2)
+
+
+def test_a_plan_without_shards_is_one_shard_of_everything(tmp_path: Path) -> None:
+    from ferry.audit import AuditFolder
+    from ferry.phases.base import Reporter, open_phase
+    from ferry.plan import load_plan
+
+    plan = tmp_path / "migration.yaml"
+    plan.write_text("name: whole\nsource: {storage: 'synthetic://30x1K'}\ntarget: {storage: ./dst}\n"
+                    "phases: {data_sync: {}}\n")
+    phase, audit = open_phase(load_plan(plan), "data_sync"), AuditFolder(tmp_path / "run")
+    assert phase.steps() == [""]
+    (result,) = [phase.run(step, audit, Reporter()) for step in phase.steps()]
+    assert result.details["objects"]["copied"] == 30
+    gate = phase.gate(audit)
+    assert [(r.name, r.status.value) for r in gate] == [("data.target_matches_source", "PASS")]
