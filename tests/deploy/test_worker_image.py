@@ -1,5 +1,6 @@
 """deploy/worker.Dockerfile built for real with buildah, and the image it makes run: ferry, Prefect's Dask and
-Kubernetes integrations and the dask command work in it, as a user that is not root.
+Kubernetes integrations and the dask command work in it, as a user that is not root, and prefect-kubernetes in it
+takes the work pool's Job template (deploy/work-pool.json).
 
 Nothing can be pulled here, so the base is made from this machine: the Python the tests run on (its executable,
 libpython and standard library, under /usr/local as the official python images have them), the shared libraries
@@ -198,11 +199,18 @@ def test_the_worker_image_builds_from_a_local_base_and_runs_ferry_prefect_and_da
                 # The wheel carries the package's data: the files the code reads beside its modules.
                 'python -c "import ferry, pathlib, sys; site = pathlib.Path(ferry.__file__).parent.parent; '
                 "print('missing:', [p for p in sys.argv[1:] if not (site / p).is_file()])\" " + " ".join(data),
+                # prefect-kubernetes, as the pool's worker will, takes the pool's Job template (deploy/work-pool.json).
+                'python -c "import json; from prefect.utilities.templating import apply_values; '
+                "from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration as Job; "
+                "template = json.load(open('/deploy/work-pool.json')); "
+                "values = Job._get_base_config_defaults(template['variables']['properties']); "
+                "Job(**apply_values(template['job_configuration'], values)); print('template accepted')\"",
                 # The wheelhouse was the build's alone: nothing of it stays in the image.
                 "test -z \"$(ls -A /mnt)\" && test ! -e /etc/pip.conf && echo 'no wheelhouse left'",
             ]
         )
-        out = buildah(work, "run", "--isolation", "chroot", container, "--", "sh", "-c", script)
+        deploy = f"{ROOT / 'deploy'}:/deploy:ro"
+        out = buildah(work, "run", "--isolation", "chroot", "--volume", deploy, container, "--", "sh", "-c", script)
         _say("checks run in the image", started)
     finally:
         subprocess.run(["buildah", "--root", str(work / "root"), "--runroot", str(work / "run"), "--storage-driver",
@@ -215,4 +223,4 @@ def test_the_worker_image_builds_from_a_local_base_and_runs_ferry_prefect_and_da
     assert lines[3] == f"dask, version {importlib.metadata.version('dask')}", out
     assert lines[4] == "imported", out
     assert lines[5] == "missing: []", out
-    assert lines[6:] == ["no wheelhouse left"], out
+    assert lines[6:] == ["template accepted", "no wheelhouse left"], out
