@@ -46,9 +46,9 @@ class _Identity:
 
 
 @dataclass
-class Pki:
+class _Pki:
     """A cluster CA and what it signs: the API server's serving certificate, client certificates, the service
-    account signing key; and certificates for both ends of a mutual TLS connection (`peer`: a Dask cluster's)."""
+    account signing key."""
 
     folder: Path
     ca_cert: bytes = b""
@@ -78,7 +78,7 @@ class Pki:
         )
         self.ca_cert = ca.public_bytes(serialization.Encoding.PEM)
         self._write("ca.crt", self.ca_cert)
-        serving = self._sign("kube-apiserver", (), server=True, client=False)
+        serving = self._sign("kube-apiserver", (), server=True)
         self._write("apiserver.crt", serving.cert)
         self._write("apiserver.key", serving.key)
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -102,7 +102,7 @@ class Pki:
         (self.folder / name).write_bytes(data)
         (self.folder / name).chmod(0o600)
 
-    def _sign(self, user: str, groups: tuple[str, ...], *, server: bool = False, client: bool = True) -> _Identity:
+    def _sign(self, user: str, groups: tuple[str, ...], *, server: bool = False) -> _Identity:
         import ipaddress
 
         from cryptography import x509
@@ -125,9 +125,7 @@ class Pki:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=2))
             .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
-                ),
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
             )
         )
@@ -152,11 +150,6 @@ class Pki:
             self.issued[(user, groups)] = self._sign(user, groups)
         return self.issued[(user, groups)]
 
-    def peer(self, name: str) -> _Identity:
-        """A certificate for server and client use both: what each end of a mutual TLS connection shows (a Dask
-        cluster's scheduler, workers and clients)."""
-        return self._sign(name, (), server=True)
-
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
@@ -174,7 +167,7 @@ class ControlPlane:
         self.work = Path(
             tempfile.mkdtemp(prefix="ferry-controlplane-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
         )
-        self.pki = Pki(self.work)
+        self.pki = _Pki(self.work)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self._procs: list[tuple[str, subprocess.Popen]] = []

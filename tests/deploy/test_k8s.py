@@ -6,7 +6,8 @@ namespace, its image) and the control plane's own kubectl applies it server-side
 under Pod Security "restricted", the Deployments become Available on kwok's nodes, the worker's ServiceAccount may do
 what prefect-kubernetes does and nothing more, and a flow run's Job rendered from the pool's template runs there with
 the labels the NetworkPolicies select. The Dask commands and TLS settings of the manifests run for real on this
-machine: a client with the cluster CA's certificate gets a task run, one with another CA's, or plain tcp://, does not.
+machine, with certificates deploy/dask-certs.sh makes: a client with the cluster CA's certificate gets a task run, one
+with another CA's, or plain tcp://, does not.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import pytest
 import yaml
 
 from checks.kube_schema import schema_errors
-from tests.controlplane.cluster import ControlPlane, Pki
+from tests.controlplane.cluster import ControlPlane
 from tests.support import ROOT, _wait_port, free_port
 
 K8S = ROOT / "deploy" / "k8s"
 WORK_POOL = ROOT / "deploy" / "work-pool.json"
+DASK_CERTS = ROOT / "deploy" / "dask-certs.sh"
 KUBERNETES = tomllib.loads((ROOT / "tests" / "controlplane" / "sources.toml").read_text())["kubernetes"]["version"]
 IMAGE = "127.0.0.1:5000/ml-platform/ferry-worker:test"
 # The pool's default image: a placeholder, the deployment's own (`ferry deploy --image`) replaces it.
@@ -82,6 +84,11 @@ def test_every_manifest_and_the_flow_run_job_are_valid_against_the_strict_schema
         for doc in docs:
             assert schema_errors(doc, KUBERNETES) == [], f"{name}: {doc['kind']} {doc['metadata']['name']}"
     assert schema_errors(flow_run_job(name="migrate-nightly"), KUBERNETES) == []
+    # The workers (and a plan's runner address, deploy/README.md) reach the scheduler by its Service.
+    (service,) = objects("Service")
+    address = f"tls://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert address == "tls://ferry-dask-scheduler:8786"
+    assert address in _command("dask-worker.yaml", {})
 
     # Every pod runs the worker image, as no root, unable to gain privileges, with requests and limits.
     flow_run = flow_run_job()["spec"]["template"]["spec"]
@@ -107,19 +114,17 @@ def test_a_bad_edit_fails_the_strict_validation() -> None:
     assert schema_errors(wrong, KUBERNETES) == ["spec.replicas: 'two' is not of type 'integer', 'null'"]
 
 
+def certificates(folder: Path) -> Path:
+    """The Secret ferry-dask-tls's three files as deploy/dask-certs.sh makes them (a CA of its own and a certificate
+    it signed), in folder as the Secret's volume shows them; the CA's key kept apart, as the script says."""
+    subprocess.run([str(DASK_CERTS), str(folder)], check=True, capture_output=True, timeout=60)
+    (folder / "ca.key").rename(folder.with_name(f"{folder.name}-ca.key"))
+    return folder
+
+
 @pytest.fixture
 def dask_tls(tmp_path: Path) -> Path:
-    """The Secret ferry-dask-tls's three files (a CA of the test's own, a certificate it signed for server and client
-    use), written in a folder as the Secret's volume shows them."""
-    (tmp_path / "ca").mkdir()
-    pki = Pki(tmp_path / "ca")
-    folder = tmp_path / "dask-tls"
-    folder.mkdir()
-    peer = pki.peer("ferry-dask")
-    (folder / "ca.crt").write_bytes(pki.ca_cert)
-    (folder / "tls.crt").write_bytes(peer.cert)
-    (folder / "tls.key").write_bytes(peer.key)
-    return folder
+    return certificates(tmp_path / "dask-tls")
 
 
 @pytest.fixture
@@ -268,15 +273,11 @@ def test_the_dask_cluster_speaks_mutual_tls_only(dask_tls: Path, tmp_path: Path)
         done = _client(f"tls://127.0.0.1:{port}", env)
         assert done.returncode == 0 and done.stdout.split() == ["6", "tls"], done.stderr[-3000:]
 
-        # A client whose certificate another CA signed is refused by the scheduler.
-        (tmp_path / "rogue-ca").mkdir()
-        rogue = Pki(tmp_path / "rogue-ca")
-        impostor = rogue.peer("impostor")
-        (tmp_path / "rogue.crt").write_bytes(impostor.cert)
-        (tmp_path / "rogue.key").write_bytes(impostor.key)
+        # A client whose certificate another CA signed (the script run again) is refused by the scheduler.
+        rogue = certificates(tmp_path / "another-ca")
         refused = _client(f"tls://127.0.0.1:{port}", _dask_env(
-            dask_tls, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=str(tmp_path / "rogue.crt"),
-            DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=str(tmp_path / "rogue.key"),
+            dask_tls, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=str(rogue / "tls.crt"),
+            DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=str(rogue / "tls.key"),
         ))  # fmt: skip
         # The handshake fails on the scheduler's side: its alert, or its hanging up, as the client's SSL error.
         assert refused.returncode != 0 and re.search(r"SSL\w*Error", refused.stderr), refused.stderr[-3000:]
