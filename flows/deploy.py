@@ -8,6 +8,7 @@ kubernetes pool's run each flow in a pod of the worker image (deploy/worker.Dock
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from uuid import UUID
 
@@ -49,11 +50,14 @@ def deployment(loaded: LoadedPlan, pool: str | None = None, image: str | None = 
     """The plan's deployment as prefect.yaml spells one; with its work pool when it has one (`ferry serve` runs it
     itself), and as the pool's job variables the image its flow runs' pods run (a kubernetes pool's)."""
     plan = loaded.plan
+    # Absolute, its links kept: a ConfigMap's files (deploy/k8s's plan) are links into a folder that each update of
+    # the ConfigMap replaces, so the resolved path would be gone for the next run's pod.
+    path = os.path.abspath(loaded.path)
     spec: dict[str, Any] = {
         "name": plan.name,
-        "description": f"ferry's migration pipeline for the plan {plan.name} ({loaded.path.resolve()})",
+        "description": f"ferry's migration pipeline for the plan {plan.name} ({path})",
         "entrypoint": ENTRYPOINT,
-        "parameters": {"plan_path": str(loaded.path.resolve())},
+        "parameters": {"plan_path": path},
         "schedules": [{"cron": plan.schedule}] if plan.schedule else [],
         "concurrency_limit": dict(ONE_RUN),
         "tags": ["ferry"],

@@ -226,6 +226,23 @@ def test_a_kubernetes_pool_gets_the_deployment_with_the_worker_image(prefect_api
         client.read_work_pool("nowhere")  # not made a process pool on the way
 
 
+def test_a_plan_in_a_configmap_volume_is_named_by_its_link(tmp_path) -> None:
+    # A ConfigMap volume as the kubelet lays it out (deploy/k8s mounts the plan so): each file a link through ..data
+    # into a folder named for the update, which the next update replaces. The deployment must name the link.
+    volume = tmp_path / "etc-ferry-plan"
+    update = volume / "..2026_12_04_19_30_00.000000001"
+    update.mkdir(parents=True)
+    write_plan(update, "from-configmap")
+    (volume / "..data").symlink_to(update.name)
+    (volume / "migration.yaml").symlink_to("..data/migration.yaml")
+    emitted = tmp_path / "ops" / "prefect.yaml"
+    code, _, err = run_ferry("deploy", str(volume / "migration.yaml"), "--pool", "ferry-k8s", "--image",
+                             "registry.example.com/ferry-worker:1", "--emit", str(emitted))  # fmt: skip
+    assert code == 0, err
+    (spec,) = yaml.safe_load(emitted.read_text())["deployments"]
+    assert spec["parameters"] == {"plan_path": str(volume / "migration.yaml")}
+
+
 class Hook(BaseHTTPRequestHandler):
     received: list[dict] = []
 
