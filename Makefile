@@ -21,9 +21,9 @@ lock:
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(PYTHON) -m venv "$$tmp/venv" && \
 	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip && \
-	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[dev,dask]' && \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[dev,dask,kubernetes-worker]' && \
 	"$$tmp/venv/bin/python" -m pip freeze --exclude-editable > "$$tmp/freeze" && \
-	{ echo "# Written by \`make lock\` from pyproject.toml for: pip install -c $(LOCK) -e '.[dev,dask]'. Not by hand."; \
+	{ echo "# Written by \`make lock\` from pyproject.toml for: pip install -c $(LOCK) -e '.[dev,dask,kubernetes-worker]'. Not by hand."; \
 	  grep -v '^ferry[ =@]' "$$tmp/freeze"; } > $(LOCK)
 
 node_modules/.bin/azurite-blob: package.json

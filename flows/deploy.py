@@ -2,11 +2,13 @@
 at a time; registered with the API, or written as the `prefect.yaml` (and `automations.yaml`) a team keeps in git.
 
 Both come from one description (`deployment`), so `prefect --no-prompt deploy --all` from the written file
-registers what `ferry deploy` would have.
+registers what `ferry deploy` would have. A process pool's workers run the ferry installed where they are; a
+kubernetes pool's run each flow in a pod of the worker image (deploy/worker.Dockerfile) that the deployment names.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from uuid import UUID
 
@@ -31,33 +33,44 @@ ENTRYPOINT = "flows.pipeline.migrate"
 ONE_RUN = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
 
 
-def ensure_pool(name: str) -> str:
-    """The work pool's type; a pool that does not exist yet is created as a process pool."""
+def ensure_pool(name: str, *, create: bool = True) -> str | None:
+    """The work pool's type; a pool that does not exist yet is created as a process pool, or with create False
+    left alone (None)."""
     with get_client(sync_client=True) as client:
         try:
             return client.read_work_pool(name).type
         except ObjectNotFound:
+            if not create:
+                return None
             client.create_work_pool(WorkPoolCreate(name=name, type="process"))
             return "process"
 
 
-def deployment(loaded: LoadedPlan) -> dict[str, Any]:
-    """The plan's deployment as prefect.yaml spells one (less its work pool)."""
+def deployment(loaded: LoadedPlan, pool: str | None = None, image: str | None = None) -> dict[str, Any]:
+    """The plan's deployment as prefect.yaml spells one; with its work pool when it has one (`ferry serve` runs it
+    itself), and as the pool's job variables the image its flow runs' pods run (a kubernetes pool's)."""
     plan = loaded.plan
-    return {
+    # Absolute, its links kept: a ConfigMap's files (deploy/k8s's plan) are links into a folder that each update of
+    # the ConfigMap replaces, so the resolved path would be gone for the next run's pod.
+    path = os.path.abspath(loaded.path)
+    spec: dict[str, Any] = {
         "name": plan.name,
-        "description": f"ferry's migration pipeline for the plan {plan.name} ({loaded.path.resolve()})",
+        "description": f"ferry's migration pipeline for the plan {plan.name} ({path})",
         "entrypoint": ENTRYPOINT,
-        "parameters": {"plan_path": str(loaded.path.resolve())},
+        "parameters": {"plan_path": path},
         "schedules": [{"cron": plan.schedule}] if plan.schedule else [],
         "concurrency_limit": dict(ONE_RUN),
         "tags": ["ferry"],
     }
+    if pool is not None:
+        spec["work_pool"] = {"name": pool, **({"job_variables": {"image": image}} if image else {})}
+    return spec
 
 
-def deploy_plan(loaded: LoadedPlan, pool: str) -> str:
-    """Register the plan's deployment in the pool; returns its id."""
-    spec = deployment(loaded)
+def deploy_plan(loaded: LoadedPlan, pool: str, image: str | None = None) -> str:
+    """Register the plan's deployment in the pool (its flow runs in image's pods, for a kubernetes pool); returns
+    its id."""
+    spec = deployment(loaded, pool, image)
     runner = migrate.to_deployment(
         spec["name"],
         cron=loaded.plan.schedule,
@@ -65,7 +78,8 @@ def deploy_plan(loaded: LoadedPlan, pool: str) -> str:
         concurrency_limit=ConcurrencyLimitConfig(**spec["concurrency_limit"]),
         description=spec["description"],
         tags=spec["tags"],
-        work_pool_name=pool,
+        work_pool_name=spec["work_pool"]["name"],
+        job_variables=spec["work_pool"].get("job_variables"),
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
     return str(runner.apply())
@@ -84,22 +98,29 @@ def serve_plan(loaded: LoadedPlan) -> None:
     )
 
 
-def prefect_yaml(loaded: LoadedPlan, pool: str) -> str:
+def prefect_yaml(loaded: LoadedPlan, pool: str, image: str | None = None) -> str:
     """The prefect.yaml that registers the plan's deployment (`prefect --no-prompt deploy --all` beside it)."""
     project = {
         "name": "ferry",
         "prefect-version": prefect_version,
-        # Nothing to build, push or pull: the workers have ferry installed and import the flow by its module path.
+        # Nothing to build, push or pull: the workers (or the image) have ferry installed and import the flow by its
+        # module path.
         "build": None,
         "push": None,
         "pull": [],
-        "deployments": [{**deployment(loaded), "work_pool": {"name": pool}}],
+        "deployments": [deployment(loaded, pool, image)],
     }
+    command = f"ferry deploy {loaded.path.name} --pool {pool}" + (f" --image {image}" if image else "") + " --emit"
+    if image is None:
+        create = f"prefect work-pool create {pool} --type process"
+        needs = "Its workers need ferry installed and the plan at the path below."
+    else:
+        create = f"prefect work-pool create {pool} --type kubernetes --base-job-template deploy/work-pool.json"
+        needs = "Its flow runs' pods (deploy/k8s) run the image below and need the plan at the path below."
     return (
-        f"# Written by ferry {__version__} (`ferry deploy {loaded.path.name} --pool {pool} --emit`): the deployment\n"
+        f"# Written by ferry {__version__} (`{command}`): the deployment\n"
         f"# `ferry deploy` registers. Register it: prefect --no-prompt deploy --all (the work pool {pool} must\n"
-        f"# exist: prefect work-pool create {pool} --type process). Its workers need ferry installed and the plan\n"
-        "# at the path below.\n" + yaml.safe_dump(project, sort_keys=False)
+        f"# exist: {create}).\n# {needs}\n" + yaml.safe_dump(project, sort_keys=False)
     )
 
 

@@ -170,9 +170,13 @@ def start_registry(deletes: bool = True) -> Server:
 
 
 def buildah(work: Path, *args: str) -> str:
-    """Run buildah with its storage under work (vfs, as the images phase does); its stdout."""
+    """Run buildah with its storage under work (vfs, as the images phase does); its stdout. A failure raises with
+    the end of buildah's own output (a build's last step says what went wrong)."""
     root = ["--root", str(work / "root"), "--runroot", str(work / "run"), "--storage-driver", "vfs"]
-    return subprocess.run(["buildah", *root, *args], check=True, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(["buildah", *root, *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"buildah {args[0]} exited {done.returncode}: {(done.stdout + done.stderr)[-4000:]}")
+    return done.stdout.strip()
 
 
 def busybox_image(work: Path, name: str, arch: str, env: list[str]) -> None:

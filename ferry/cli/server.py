@@ -72,6 +72,10 @@ def deploy(
         str | None,
         typer.Option(help="A notification block TYPE/NAME told when a run fails (an automation; needs the server)"),
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="The worker image a kubernetes pool's flow-run pods run (deploy/worker.Dockerfile)"),
+    ] = None,
 ) -> None:
     """Register the plan as a Prefect deployment for a work pool, on its cron schedule, one run at a time (needs
     PREFECT_API_URL), or write it as a prefect.yaml with --emit."""
@@ -94,7 +98,7 @@ def deploy(
     name = f"migrate/{loaded.plan.name}"
     when = f"on '{loaded.plan.schedule}'" if loaded.plan.schedule else "on demand (the plan has no schedule)"
     if emit is not None:
-        written = {emit: prefect_yaml(loaded, pool)}
+        written = {emit: prefect_yaml(loaded, pool, image)}
         if automation is not None:
             written[emit.with_name("automations.yaml")] = automations_yaml(automation)
         for path, text in written.items():
@@ -112,19 +116,33 @@ def deploy(
             lines.append("and: prefect automation create --from-file automations.yaml")
         out.print("\n".join(lines), markup=False, highlight=False)
         return
-    kind = ensure_pool(pool)
-    if kind != "process":
+    # A process pool's workers run the ferry installed where they are; a kubernetes pool's run each flow in a pod of
+    # the image the deployment names, so it must name one. A missing pool is made a process pool, unless the image
+    # says it was meant to be a kubernetes one (made with its Job template, deploy/work-pool.json).
+    kind = ensure_pool(pool, create=image is None)
+    if kind is None:
         raise UsageError(
-            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that have ferry installed)"
+            f"--pool: no work pool {pool!r} for --image: prefect work-pool create {pool} --type kubernetes "
+            "--base-job-template deploy/work-pool.json"
         )
-    deployment_id = deploy_plan(loaded, pool)
+    if kind == "kubernetes" and image is None:
+        raise UsageError(f"--pool: {pool!r} is a kubernetes pool: give --image, the worker image its flow runs run in")
+    if kind == "process" and image is not None:
+        raise UsageError(f"--image: {pool!r} is a process pool, whose workers run the ferry installed where they are")
+    if kind not in ("process", "kubernetes"):
+        raise UsageError(
+            f"--pool: {pool!r} is a {kind} pool; ferry deploys to process pools (workers that have ferry installed) "
+            "and to kubernetes pools (with --image)"
+        )
+    deployment_id = deploy_plan(loaded, pool, image)
     told = ""
     if automation is not None:
         create_automation(automation)
         told = f"\n{notify} is told when a run fails (automation {automation['name']!r})"
+    worker = f"prefect worker start --pool {pool}" if image is None else "deploy/k8s's worker (kubectl apply -k)"
     out.print(
         f"deployment {name} ({deployment_id}) in work pool {pool}, {when}, one run at a time{told}\n"
-        f"start a worker: prefect worker start --pool {pool}\n"
+        f"start a worker: {worker}\n"
         f"run it now: prefect deployment run {name}",
         markup=False,
         highlight=False,

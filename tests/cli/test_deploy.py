@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from tests.cli.test_pipeline_commands import files
-from tests.support import run_ferry, write_plan
+from tests.support import ROOT, run_ferry, write_plan
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
+# A kubernetes pool's Job template, as deploy/README.md has ops teams create the pool with it.
+WORK_POOL_TEMPLATE = ROOT / "deploy" / "work-pool.json"
 
 
 def worker(api: str, pool: str, *, run_once: bool, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -70,6 +72,7 @@ def registered(name: str) -> dict:
         "collision": d.concurrency_options.collision_strategy.value if d.concurrency_options else None,
         "pull_steps": d.pull_steps or [],  # none: an update may say so by None
         "tags": d.tags,
+        "job_variables": d.job_variables,
     }
 
 
@@ -88,6 +91,7 @@ def test_ferry_deploy_registers_for_a_work_pool_and_a_worker_runs_it(prefect_api
         "collision": "CANCEL_NEW",
         "pull_steps": [],
         "tags": ["ferry"],
+        "job_variables": {},
     }
     # The worker runs the installed ferry's flow, by its module path.
     _, state, out = run_by_a_worker(prefect_api, "migrate/pooled", "ferry-test-pool")
@@ -168,6 +172,78 @@ def test_the_emitted_prefect_yaml_registers_what_ferry_deploy_does_and_runs_one_
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     assert files(tmp_path / "dst") == ["a/one.bin", "a/two.bin", "b/three.bin"], out[-3000:]
+
+
+def test_a_kubernetes_pool_gets_the_deployment_with_the_worker_image(prefect_api, tmp_path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    pool = "ferry-k8s-image-pool"
+    # The pool as deploy/README.md makes it; the server checks that the template declares every variable it uses.
+    done = subprocess.run([PREFECT, "work-pool", "create", pool, "--type", "kubernetes", "--base-job-template",
+                           str(WORK_POOL_TEMPLATE)], env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = write_plan(tmp_path, "in-pods", extra='schedule: "0 4 * * *"')
+    code, _, err = run_ferry("deploy", str(plan), "--pool", pool, api=prefect_api)
+    assert code == 2 and err.splitlines() == [f"ferry: error: --pool: '{pool}' is a kubernetes pool: give --image, "
+                                              "the worker image its flow runs run in"], err  # fmt: skip
+
+    image = "registry.example.com/ml-platform/ferry-worker@sha256:" + "ab" * 32
+    ops = tmp_path / "ops-repo"
+    emit = ("--emit", str(ops / "prefect.yaml"))
+    code, out, err = run_ferry("deploy", str(plan), "--pool", pool, "--image", image, *emit)
+    assert code == 0, err
+    written = (ops / "prefect.yaml").read_text()
+    assert "--type kubernetes --base-job-template deploy/work-pool.json" in written
+    assert yaml.safe_load(written)["deployments"][0]["work_pool"] == {"name": pool, "job_variables": {"image": image}}
+    done = subprocess.run([PREFECT, "--no-prompt", "deploy", "--all"], cwd=ops, env=env, capture_output=True,
+                          text=True, timeout=180, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from_file = registered("migrate/in-pods")
+    code, out, err = run_ferry("deploy", str(plan), "--pool", pool, "--image", image, api=prefect_api)
+    assert code == 0, err
+    assert "start a worker: deploy/k8s's worker" in out
+    assert registered("migrate/in-pods") == from_file == {
+        "entrypoint": "flows.pipeline.migrate",
+        "parameters": {"plan_path": str(plan.resolve())},
+        "work_pool": pool,
+        "crons": ["0 4 * * *"],
+        "limit": 1,
+        "collision": "CANCEL_NEW",
+        "pull_steps": [],
+        "tags": ["ferry"],
+        "job_variables": {"image": image},
+    }
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="ferry-image-process-pool", type="process"))
+    code, _, err = run_ferry("deploy", str(plan), "--pool", "ferry-image-process-pool", "--image", image,
+                             api=prefect_api)  # fmt: skip
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--image: 'ferry-image-process-pool' is a process pool, whose workers run the ferry installed" in err
+    code, _, err = run_ferry("deploy", str(plan), "--pool", "nowhere", "--image", image, api=prefect_api)
+    assert code == 2 and "--pool: no work pool 'nowhere' for --image: prefect work-pool create nowhere" in err, err
+    with get_client(sync_client=True) as client, pytest.raises(ObjectNotFound):
+        client.read_work_pool("nowhere")  # not made a process pool on the way
+
+
+def test_a_plan_in_a_configmap_volume_is_named_by_its_link(tmp_path) -> None:
+    # A ConfigMap volume as the kubelet lays it out (deploy/k8s mounts the plan so): each file a link through ..data
+    # into a folder named for the update, which the next update replaces. The deployment must name the link.
+    volume = tmp_path / "etc-ferry-plan"
+    update = volume / "..2026_12_04_19_30_00.000000001"
+    update.mkdir(parents=True)
+    write_plan(update, "from-configmap")
+    (volume / "..data").symlink_to(update.name)
+    (volume / "migration.yaml").symlink_to("..data/migration.yaml")
+    emitted = tmp_path / "ops" / "prefect.yaml"
+    code, _, err = run_ferry("deploy", str(volume / "migration.yaml"), "--pool", "ferry-k8s", "--image",
+                             "registry.example.com/ferry-worker:1", "--emit", str(emitted))  # fmt: skip
+    assert code == 0, err
+    (spec,) = yaml.safe_load(emitted.read_text())["deployments"]
+    assert spec["parameters"] == {"plan_path": str(volume / "migration.yaml")}
 
 
 class Hook(BaseHTTPRequestHandler):
