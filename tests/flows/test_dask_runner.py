@@ -250,6 +250,9 @@ def test_ferry_s_dask_workers_are_not_profiled(monkeypatch) -> None:
     (python/cpython#106883): bench.scale hung a worker running the engine's 128 threads with it on. The driver's Dask
     config, which a local cluster's nannies hand their workers, turns it off."""
     import dask
+    import distributed  # noqa: F401  (its defaults loaded first: leaving the block below restores the config as it
+    # found it, and would drop every `distributed.*` default an import inside the block had added, for every later
+    # test in this process: a LocalCluster then fails on `distributed.comm`, as CI found)
 
     from ferry.phases.base import Placement
     from flows.cluster import task_runner
@@ -258,3 +261,4 @@ def test_ferry_s_dask_workers_are_not_profiled(monkeypatch) -> None:
     with dask.config.set({"distributed.worker.profile.enabled": True}):
         task_runner(Placement(dask_address="tls://scheduler:8786"))
         assert dask.config.get("distributed.worker.profile.enabled") is False
+    assert dask.config.get("distributed.comm.require-encryption", "gone") != "gone"
