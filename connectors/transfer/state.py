@@ -3,7 +3,8 @@
 One file per shard, `<state_dir>/transfers/<16 hex>.sqlite`, named by a hash of the source URL, the
 target URL and the shard's prefix (and its key range, if it has one), so that shards can run on different
 workers; its `shard` table says which one it holds. A killed run resumes from it: finished objects are skipped by
-the diff, and a multipart upload picks up its upload id and re-sends only the parts that were not recorded. Parts
+the diff, and a multipart upload picks up its upload id and re-sends only the parts that were not recorded (nor
+listed by the store and proven: engine.py, `Route.adopt_part`). Parts
 are committed one by one (they are large and few); finished objects are committed in batches, because a finished
 object that was not yet committed is found equal by the next diff anyway.
 """
@@ -83,17 +84,21 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def state_name(source_url: str, target_url: str, prefix: str, key_range: tuple[str, str] = ("", "")) -> str:
+    """The shard's file under a state directory: `transfers/<16 hex>.sqlite`."""
+    # A key range of the prefix (connectors/transfer/ranges.py) is a shard of its own; a whole prefix keeps the name
+    # its file always had.
+    shard = [source_url, target_url, prefix, *key_range] if any(key_range) else [source_url, target_url, prefix]
+    return f"{FOLDER}/{hashlib.sha256(json.dumps(shard).encode()).hexdigest()[:16]}.sqlite"
+
+
 class TransferState:
     """The transfer state of one shard (source, target, key prefix); safe to share between the engine's threads."""
 
     def __init__(
         self, state_dir: Path, source_url: str, target_url: str, prefix: str, key_range: tuple[str, str] = ("", "")
     ):
-        # A key range of the prefix (connectors/transfer/ranges.py) is a shard of its own; a whole prefix keeps the
-        # name its file always had.
-        shard = [source_url, target_url, prefix, *key_range] if any(key_range) else [source_url, target_url, prefix]
-        identity = json.dumps(shard)
-        self.path = state_dir / FOLDER / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
+        self.path = state_dir / state_name(source_url, target_url, prefix, key_range)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)

@@ -119,6 +119,11 @@ class StepSpec(abc.ABC):
     def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Do the step, where it runs (what Phase.run does)."""
 
+    @property
+    def needs_audit_folder(self) -> bool:
+        """Whether the step must run where the run's audit folder is (its journals are written there)."""
+        return True
+
     def divided(self, peers: int, *, in_process: bool) -> StepSpec:
         """The spec for one of `peers` steps running at once: what the plan sets for the whole run (a bandwidth limit,
         a memory budget; in_process, when they share this process, its threads too) divided among them. Unchanged by
