@@ -160,6 +160,7 @@ def _phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[d
     runner = open_phase(loaded, phase)
     options = transient_retries(loaded)
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
+    runner.prepare()
     steps, placement = runner.steps(), runner.placement()
     stop_event = cluster.stop_event(placement)
     # The run's budgets (bandwidth, memory; on threads the engine's threads too) divided among the steps that run at

@@ -168,6 +168,47 @@ class TransferState:
                     )
                     failpoint("transfer:state-write")  # inside the transaction, before its commit
 
+    def count(self) -> int:
+        """Finished objects recorded."""
+        self.flush()
+        with self._lock:
+            return self._conn.execute("SELECT count(*) FROM objects").fetchone()[0]
+
+    def median_key(self) -> str | None:
+        """The recorded key halfway through, in key order (None with fewer than two)."""
+        self.flush()
+        with self._lock:
+            total = self._conn.execute("SELECT count(*) FROM objects").fetchone()[0]
+            if total < 2:
+                return None
+            row = self._conn.execute("SELECT key FROM objects ORDER BY key LIMIT 1 OFFSET ?", ((total - 1) // 2,))
+            return row.fetchone()[0]
+
+    def take_rows(self, old: Path, start_after: str, end_at: str) -> None:
+        """Take over the rows of another shard's state file whose keys lie in (start_after, end_at] ("" open): a key
+        range split in two, each half taking its part of the range's objects, uploads and parts."""
+        clauses = [c for c, bound in (("key > ?", start_after), ("key <= ?", end_at)) if bound]
+        where = " AND ".join(clauses) or "1"
+        args = [bound for bound in (start_after, end_at) if bound]
+        self.flush()
+        with self._lock:
+            self._conn.execute("ATTACH DATABASE ? AS old", (str(old),))
+            try:
+                with self._conn:
+                    self._conn.execute("BEGIN")
+                    for table, columns in (
+                        ("objects", _OBJECT_COLUMNS),
+                        ("uploads", "key, upload_id, size, src_sig, part_size"),
+                        ("parts", "key, upload_id, number, size, etag, crc32c"),
+                    ):
+                        self._conn.execute(
+                            f"INSERT OR REPLACE INTO main.{table} ({columns}) "
+                            f"SELECT {columns} FROM old.{table} WHERE {where}",
+                            args,
+                        )
+            finally:
+                self._conn.execute("DETACH DATABASE old")
+
     # -- multipart uploads ----------------------------------------------------------------------
     def upload(self, key: str) -> UploadRecord | None:
         with self._lock:

@@ -226,6 +226,10 @@ class Phase(abc.ABC):
         return []
 
     # -- a run ------------------------------------------------------------------------------------
+    def prepare(self) -> None:  # noqa: B027 - optional hook: most phases plan nothing before their steps
+        """Once per run, before its steps are listed, under the plan's run lock (data_sync splits key ranges that
+        outgrew their bound here); never in a preview."""
+
     def steps(self) -> list[str]:
         """The phase's steps, each one Prefect task (retried on its own, on transient errors)."""
         return ["run"]

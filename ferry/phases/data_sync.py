@@ -17,7 +17,7 @@ import os
 import socket
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -31,7 +31,7 @@ from connectors.base import redact_url
 from connectors.registry import connector_class, open_connector
 from connectors.transfer import COPY, PROOFS, Action, Stats, TransferSettings, TransferState, bounds
 from connectors.transfer.checkpoint import StateStore
-from connectors.transfer.ranges import key_ranges
+from connectors.transfer.ranges import boundaries_path, key_ranges, split_outgrown
 from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
@@ -125,6 +125,9 @@ class DataSyncSettings(Settings):
     # How many key ranges "auto" makes the first time (kept for every later run): 3 per worker of a local cluster,
     # else 16. Where the work is split, not what it produces: out of the input hash.
     ranges: int | None = Field(default=None, ge=2, le=10_000, exclude=True)
+    # A key range whose transfer state records more objects than this is split in two at its median key before the
+    # next run's shards start (its halves take over its state). Out of the input hash, as `ranges`.
+    range_max_objects: int = Field(default=1_000_000, ge=2, exclude=True)
     # Where the shards run: "threads" of this process, or a Dask cluster ({dask: {workers: 4}} or {dask: {address:
     # tls://scheduler:8786}}). Where the work runs, not what it produces: out of the input hash.
     runner: Literal["threads"] | Runner = Field(default="threads", exclude=True)
@@ -489,13 +492,59 @@ class DataSyncPhase(Phase):
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
             try:
                 count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
-                found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
+                with self._kept_ranges(source.url, target.url):
+                    found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
             finally:
                 source.close()
                 target.close()
             width = len(str(len(found)))
             self._ranges = {f"range-{i:0{width}d}": r for i, r in enumerate(found, start=1)}
         return self._ranges
+
+    @contextlib.contextmanager
+    def _kept_ranges(self, source_url: str, target_url: str) -> Iterator[Path]:
+        """The file of the kept key ranges (ranges.boundaries_path), fetched from state_url first and copied back
+        after, where the plan names one: the next run may start on another machine."""
+        path = boundaries_path(self.loaded.layout.state, source_url, target_url, "")
+        url = self._state_url()
+        if url is None:
+            yield path
+            return
+        name = path.relative_to(self.loaded.layout.state).as_posix()
+        with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
+            store.restore(name, path)
+            yield path
+            store.save_file(path, name)
+
+    def prepare(self) -> None:
+        """Split the key ranges (shards: auto) whose transfer state outgrew range_max_objects, each at its median key,
+        its halves taking over its rows; with a state_url, the states fetched from there first and the halves'
+        copied back (the range's own removed)."""
+        if self.settings.shards != "auto":
+            return
+        was = {self.step_spec(step).state_name() for step in self.shard_ranges()}
+        self.fetch_checkpoints(None)
+        state = self.loaded.layout.state
+        with (
+            contextlib.closing(open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)) as source,
+            contextlib.closing(open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)) as target,
+            self._kept_ranges(source.url, target.url),
+        ):
+            split = split_outgrown(state, source.url, target.url, "", self.settings.range_max_objects)
+        if not split:
+            return
+        self._ranges = None
+        after = self.shard_ranges()
+        log.info("key ranges split", split=len(split), ranges=len(after), most=self.settings.range_max_objects)
+        url = self._state_url()
+        if url is None:
+            return
+        now = {self.step_spec(step).state_name() for step in after}
+        with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
+            for name in now - was:
+                store.save_state(state / name, name)
+            for name in was - now:
+                store.connector.delete(name)
 
     def _local_cluster(self) -> bool:
         runner = self.settings.runner
