@@ -338,7 +338,8 @@ class _Checkpoints:
         self.store = StateStore(open_connector(spec.state_url, spec.profiles))
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._every, daemon=True, name=f"checkpoint {spec.step or '(all)'}")
+        self.shard = spec.step or "(all)"
+        self._thread = threading.Thread(target=self._every, daemon=True, name=f"checkpoint {self.shard}")
 
     def __enter__(self) -> _Checkpoints:
         try:
@@ -349,12 +350,7 @@ class _Checkpoints:
         except BaseException:
             self.store.close()
             raise
-        log.info(
-            "shard state",
-            shard=self.spec.step or "(all)",
-            restored=restored,
-            state_url=redact_url(self.store.connector.url),
-        )
+        log.info("shard state", shard=self.shard, restored=restored, state_url=self.store.connector.url)
         self._thread.start()
         return self
 
@@ -363,9 +359,7 @@ class _Checkpoints:
             try:
                 self.save()
             except FerryError as exc:
-                log.warning(
-                    "checkpoint failed: the next one tries again", shard=self.spec.step or "(all)", error=str(exc)
-                )
+                log.warning("checkpoint failed: the next one tries again", shard=self.shard, error=str(exc))
 
     def save(self, *, final: bool = False) -> None:
         """The state first, then the journal: a key the state records is in the copy's journal too."""
@@ -383,10 +377,8 @@ class _Checkpoints:
             self.save(final=True)
         except FerryError as error:
             if kind is None:  # the shard's own error is the one to tell when it has one
-                raise TransientError(
-                    f"shard {self.spec.step or '(all)'}: its state was not checkpointed: {error}"
-                ) from error
-            log.warning("last checkpoint failed", shard=self.spec.step or "(all)", error=str(error))
+                raise TransientError(f"shard {self.shard}: its state was not checkpointed: {error}") from error
+            log.warning("last checkpoint failed", shard=self.shard, error=str(error))
         finally:
             self.store.close()
 
@@ -397,10 +389,9 @@ def _audit_prefix(audit: AuditFolder, phase: str) -> str:
 
 
 def _check_state_url(plan: Plan) -> None:
-    """state_url names a store ferry opens and lies outside what is synced (a password in it is refused for every
-    plan field, by the plan's own check): inside the target's
-    prefix the gate would count its files as extra objects (and a delete remove them), inside the source's they
-    would be copied as data."""
+    """state_url names a store ferry opens and lies outside what is synced: inside the target's prefix the gate would
+    count its files as extra objects (and a delete remove them), inside the source's they would be copied as data.
+    (A password in it is refused by the plan's own check, as in every field.)"""
     url = plan.phases.data_sync.state_url
     assert url is not None
     try:
