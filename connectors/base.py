@@ -184,6 +184,11 @@ class Connector(abc.ABC):
         info = self.stat(key)
         return self.open_range(key, 0, info.size), info
 
+    def body_copies(self) -> int:
+        """How many copies of a write's body are in memory while it is sent (ferry's bytes, and any the client keeps
+        of its own): what a write costs in the memory budget, per byte."""
+        return 1
+
     def uploaded_parts(self, key: str, upload_id: str) -> list[Part]:
         """The parts an unfinished upload holds, as the store lists them (S3's ListParts): number, size, ETag and
         the CRC32C where the store keeps one; none where the store does not list them (they are sent again)."""

@@ -667,6 +667,10 @@ class S3Connector(Connector):
             return False
         return True
 
+    def body_copies(self) -> int:
+        # The CRT buffers a DEFAULT request's whole body before it sends it (for its own retry), beside ferry's.
+        return 2 if self._by_crt() else 1
+
     def uploaded_parts(self, key: str, upload_id: str) -> list[Part]:
         parts = []
         paginator = self.client.get_paginator("list_parts")

@@ -42,6 +42,8 @@ class Upload:
     # and what each streamed part gave towards it, by number (parts of an earlier run's attempt give none).
     check: str | None = None
     sums: dict[int, int | bytes] = field(default_factory=dict)
+    # Copies of a streamed part's bytes in memory while it is sent (Connector.body_copies).
+    copies: int = 1
 
     @property
     def total(self) -> int:
@@ -50,7 +52,7 @@ class Upload:
     @property
     def part_cost(self) -> int:
         """Bytes of the budget one part holds while it runs: only streamed parts pass through ferry."""
-        return self.part_size if self.mode == "stream" else 0
+        return self.part_size * self.copies if self.mode == "stream" else 0
 
     def span(self, number: int) -> tuple[int, int]:
         start = (number - 1) * self.part_size
@@ -90,7 +92,7 @@ class Route:
 
     def whole_cost(self, size: int) -> int:
         """Bytes of the budget a whole copy of size holds while it runs."""
-        return 0 if self._server_side else size
+        return 0 if self._server_side else size * self.target.body_copies()
 
     def upload_mode(self) -> str:
         """How the parts of an upload begun now will travel."""
@@ -110,7 +112,7 @@ class Route:
                 part_size = theirs
             else:
                 check = None
-        return Upload(key, info, part_size, mode, check=check)
+        return Upload(key, info, part_size, mode, check=check, copies=self.target.body_copies())
 
     def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> str | None:
         """Hold a finished upload's parts (crc: their combined CRC32C, where every part has one) to what the source

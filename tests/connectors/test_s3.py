@@ -38,7 +38,7 @@ class TestS3ConformanceBotocore(ConnectorSuite):
     def connector(self, moto_env):
         profile = Profile(type="s3", endpoint_url=moto_env.endpoint, transfer_client="botocore")
         connector = open_connector(f"moto://{new_bucket(moto_env.endpoint)}/root/prefix", {"moto": profile})
-        assert connector._crt is None
+        assert connector._crt is None and connector.body_copies() == 1
         connector.check()
         yield connector
         connector.close()
@@ -54,6 +54,7 @@ def test_object_bytes_go_by_the_crt_where_awscrt_is_installed(moto_env) -> None:
     for n in range(3):
         connector.put(f"k{n} ü+%", b"x" * n, WriteSpec(content_type="text/plain", metadata={"team": "ml"}))
     assert by_botocore == [], "botocore's HEAD of the bucket proves the endpoint and its region; the CRT writes"
+    assert connector.body_copies() == 2  # the CRT's own copy of each body it sends, beside ferry's
     for n in range(3):
         info = connector.stat(f"k{n} ü+%")
         assert (info.size, info.content_type, info.metadata) == (n, "text/plain", {"team": "ml"})

@@ -243,3 +243,16 @@ def test_a_listed_part_the_state_did_not_record_is_kept_only_where_the_store_pro
     assert route.adopt_part(upload, Part(number=3, size=len(last), etag=md5_hex(last), crc32c=None)) is not None
     copied = Upload("blob", upload.info, 4096, "server", upload_id="u")
     assert route.adopt_part(copied, Part(number=2, size=4096, etag=md5_hex(second), crc32c=None)) is None
+
+
+def test_a_streamed_part_costs_the_budget_every_copy_of_it_the_write_holds(tmp_path: Path) -> None:
+    """The CRT keeps its own copy of each body it sends (S3Connector.body_copies): a part sent through it holds
+    twice its size of the memory budget; a part the store copies itself holds none."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "blob").write_bytes(b"x" * 100)
+    source = open_connector(str(tmp_path / "src"), {})
+    info = source.stat("blob")
+    assert Upload("blob", info, 8 * MiB, "stream", copies=2).part_cost == 16 * MiB
+    assert Upload("blob", info, 8 * MiB, "stream").part_cost == 8 * MiB
+    assert Upload("blob", info, 8 * MiB, "server", copies=2).part_cost == 0
+    assert source.body_copies() == 1
