@@ -13,7 +13,6 @@ Names in the store mirror the local ones: `transfers/<16 hex>.sqlite` (state.py'
 from __future__ import annotations
 
 import sqlite3
-import tempfile
 from pathlib import Path
 
 from connectors.base import Connector, WriteSpec
@@ -46,26 +45,43 @@ class StateStore:
         return [info.key for info in self.connector.list(prefix)]
 
     def save_state(self, path: Path, name: str) -> None:
-        """A consistent snapshot of the SQLite file at path (written to by the engine meanwhile), stored as name."""
-        with tempfile.TemporaryDirectory(prefix="ferry-checkpoint-") as scratch:
-            snapshot = Path(scratch) / "state.sqlite"
-            source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-            copy = sqlite3.connect(snapshot)
-            try:
-                source.backup(copy)
-            finally:
-                copy.close()
-                source.close()
+        """A consistent snapshot of the SQLite file at path (written to by the engine meanwhile), made beside it and
+        stored as name."""
+        snapshot = path.with_name(path.name + ".snapshot")
+        snapshot.unlink(missing_ok=True)
+        source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        copy = sqlite3.connect(snapshot)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+        try:
             self._put(name, snapshot.read_bytes())
+        finally:
+            snapshot.unlink(missing_ok=True)
 
-    def save_lines(self, path: Path, name: str) -> None:
-        """A journal appended to meanwhile, stored up to its last whole line (a taker appends after it)."""
-        if not path.exists():
-            return
-        data = path.read_bytes()
-        self._put(name, data[: data.rfind(b"\n") + 1])
+    def merge_lines(self, path: Path, name: str) -> None:
+        """A journal kept here and in the store as the union of their lines: the stored lines this file lacks (an
+        earlier attempt's, another worker's) appended to it, then the file stored up to its last whole line (the
+        engine may be appending). Lines are only ever added: no worker's write loses another's."""
+        try:
+            stored = self.connector.get(name)[0].splitlines()
+        except NotFoundError:
+            stored = []
+        held = path.read_bytes() if path.exists() else b""
+        held = held[: held.rfind(b"\n") + 1]
+        known = set(held.splitlines())
+        missing = b"".join(line + b"\n" for line in dict.fromkeys(stored) if line and line not in known)
+        if missing:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("ab") as file:
+                file.write(missing)
+        if not known <= set(stored):  # the store lacks a line this file holds
+            self._put(name, held + missing)
 
     def save_file(self, path: Path, name: str) -> None:
+        """A file stored whole, where it exists."""
         if path.exists():
             self._put(name, path.read_bytes())
 

@@ -161,7 +161,7 @@ def split_outgrown(state_dir: Path, source_url: str, target_url: str, prefix: st
             middle = state.median_key() if state.count() > most else None
         finally:
             state.close()
-        if middle is None or middle == end_at:
+        if middle is None:
             continue
         for half in ((start_after, middle), (middle, end_at)):
             taker = TransferState(state_dir, source_url, target_url, prefix, half)
@@ -169,13 +169,17 @@ def split_outgrown(state_dir: Path, source_url: str, target_url: str, prefix: st
                 taker.take_rows(state.path, *half)
             finally:
                 taker.close()
-        for suffix in ("", "-wal", "-shm"):
-            state.path.with_name(state.path.name + suffix).unlink(missing_ok=True)
         boundaries.append(middle)
-        split.append((start_after, end_at))
-    if split:
-        write_atomic(path, json.dumps({**record, "boundaries": sorted(boundaries)}, indent=2) + "\n")
-    return split
+        split.append(((start_after, end_at), state.path))
+    if not split:
+        return []
+    # The halves hold their rows before the boundaries name them, and the old files go last: a crash in between
+    # leaves ranges whose states are whole (a rerun splits again, taking the same rows).
+    write_atomic(path, json.dumps({**record, "boundaries": sorted(boundaries)}, indent=2) + "\n")
+    for _, old in split:
+        for suffix in ("", "-wal", "-shm"):
+            old.with_name(old.name + suffix).unlink(missing_ok=True)
+    return [key_range for key_range, _ in split]
 
 
 def _relative(key: str | None, prefix: str) -> str | None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import importlib.util
 import ipaddress
 import json
 import os
 import socket
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -28,10 +30,11 @@ from pydantic import Field, field_validator, model_validator
 from checks.data import check_data
 from checks.preflight import check_storage_access
 from connectors.base import redact_url
-from connectors.registry import connector_class, open_connector
+from connectors.registry import connector_class, connector_kind, open_connector, parse_location
 from connectors.transfer import COPY, PROOFS, Action, Stats, TransferSettings, TransferState, bounds
 from connectors.transfer.checkpoint import StateStore
 from connectors.transfer.ranges import boundaries_path, key_ranges, split_outgrown
+from connectors.transfer.state import FOLDER as TRANSFERS
 from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
@@ -344,9 +347,14 @@ class _Checkpoints:
     def __enter__(self) -> _Checkpoints:
         try:
             restored = self.store.restore(self.name, self.state)
+            # The keys earlier attempts created (on this worker's disk or another's), kept in this one's journal.
             journal = self.files["journal"]
-            if not journal.exists():  # this worker's audit folder lacks the keys an earlier worker created
-                self.store.restore(self.prefix + journal.name, journal)
+            self.store.merge_lines(journal, self.prefix + journal.name)
+            # A first copy before anything is copied: a store this worker cannot write fails the shard now.
+            self.save()
+        except _CHECKPOINT_ERRORS as exc:
+            self.store.close()
+            raise TransientError(f"shard {self.shard}: state_url {self.store.connector.url}: {exc}") from exc
         except BaseException:
             self.store.close()
             raise
@@ -358,7 +366,7 @@ class _Checkpoints:
         while not self._stop.wait(self.spec.checkpoint_s):
             try:
                 self.save()
-            except FerryError as exc:
+            except _CHECKPOINT_ERRORS as exc:
                 log.warning("checkpoint failed: the next one tries again", shard=self.shard, error=str(exc))
 
     def save(self, *, final: bool = False) -> None:
@@ -366,7 +374,7 @@ class _Checkpoints:
         with self._lock:
             if self.state.exists():
                 self.store.save_state(self.state, self.name)
-            self.store.save_lines(self.files["journal"], self.prefix + self.files["journal"].name)
+            self.store.merge_lines(self.files["journal"], self.prefix + self.files["journal"].name)
             for kind in ("target", "report") if final else ("target",):
                 self.store.save_file(self.files[kind], self.prefix + self.files[kind].name)
 
@@ -375,12 +383,21 @@ class _Checkpoints:
         self._thread.join()
         try:
             self.save(final=True)
-        except FerryError as error:
+        except _CHECKPOINT_ERRORS as error:
             if kind is None:  # the shard's own error is the one to tell when it has one
                 raise TransientError(f"shard {self.shard}: its state was not checkpointed: {error}") from error
             log.warning("last checkpoint failed", shard=self.shard, error=str(error))
         finally:
             self.store.close()
+
+
+def _name_in(state_dir: Path, path: Path) -> str:
+    """A file of the state directory's name in state_url (the same relative path)."""
+    return path.relative_to(state_dir).as_posix()
+
+
+# What a copy to state_url may meet: the store's errors (after its retries), the snapshot's, the scratch disk's.
+_CHECKPOINT_ERRORS = (FerryError, sqlite3.Error, OSError)
 
 
 def _audit_prefix(audit: AuditFolder, phase: str) -> str:
@@ -400,24 +417,37 @@ def _check_state_url(plan: Plan) -> None:
         raise ValueError(f"phases.data_sync.state_url: {exc}") from None
     for role in ("source", "target"):
         storage = getattr(plan, role).storage
-        if _within(url, storage):
+        if _within(url, storage, plan.profiles):
             raise ValueError(
                 f"phases.data_sync.state_url {url!r} lies inside {role}.storage {storage!r}: give a prefix outside "
                 "what is synced (another bucket, or a sibling prefix)"
             )
+    if _within(url, plan.state_dir, plan.profiles) or _within(plan.state_dir, url, plan.profiles):
+        raise ValueError(
+            f"phases.data_sync.state_url {url!r} and state_dir {plan.state_dir!r} overlap: the copies would replace "
+            "the files ferry writes there: give another folder or a bucket prefix"
+        )
 
 
-def _within(url: str, root: str) -> bool:
-    """Whether url names root or a place under it (local paths as the plan gives them, both relative to its file)."""
+def _within(url: str, root: str, profiles: Mapping[str, Profile]) -> bool:
+    """Whether url names root or a place under it: one store (the kind, and the endpoint a profile alias names) and
+    the key path below. Local paths as the plan gives them (both relative to its file, or both absolute; preflight
+    compares them resolved)."""
 
-    def parts(u: str) -> tuple[str, str, str]:
-        if "://" not in u:
-            return "", "", os.path.normpath(u)
-        split = urlsplit(u)
-        return split.scheme, split.netloc, split.path.strip("/")
+    def place(u: str) -> tuple[str, str, str]:
+        location = parse_location(u)
+        kind = connector_kind(u, profiles)
+        if kind == "local":
+            return kind, "", os.path.normpath(location.prefix)
+        profile = profiles.get(location.scheme)
+        endpoint = profile.endpoint_url if profile is not None and profile.endpoint_url else ""
+        return kind, endpoint, f"{location.bucket}/{location.prefix}".strip("/")
 
-    (scheme, host, path), (root_scheme, root_host, root_path) = parts(url), parts(root)
-    if (scheme, host) != (root_scheme, root_host):
+    try:
+        (kind, endpoint, path), (root_kind, root_endpoint, root_path) = place(url), place(root)
+    except UsageError:  # a scheme no connector takes: the field's own check says so
+        return False
+    if (kind, endpoint) != (root_kind, root_endpoint):
         return False
     return root_path in ("", ".") or path == root_path or path.startswith(root_path.rstrip("/") + "/")
 
@@ -483,8 +513,14 @@ class DataSyncPhase(Phase):
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
             try:
                 count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
-                with self._kept_ranges(source.url, target.url):
+                # Kept in state_url too, where the plan names one: the next run may start on another machine.
+                kept = boundaries_path(self.loaded.layout.state, source.url, target.url, "")
+                with self._state_store() as store:
+                    if store is not None:
+                        store.restore(_name_in(self.loaded.layout.state, kept), kept)
                     found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
+                    if store is not None:
+                        store.save_file(kept, _name_in(self.loaded.layout.state, kept))
             finally:
                 source.close()
                 target.close()
@@ -493,49 +529,45 @@ class DataSyncPhase(Phase):
         return self._ranges
 
     @contextlib.contextmanager
-    def _kept_ranges(self, source_url: str, target_url: str) -> Iterator[Path]:
-        """The file of the kept key ranges (ranges.boundaries_path), fetched from state_url first and copied back
-        after, where the plan names one: the next run may start on another machine."""
-        path = boundaries_path(self.loaded.layout.state, source_url, target_url, "")
+    def _state_store(self) -> Iterator[StateStore | None]:
+        """The plan's state_url opened (None where it names none)."""
         url = self._state_url()
         if url is None:
-            yield path
+            yield None
             return
-        name = path.relative_to(self.loaded.layout.state).as_posix()
         with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
-            store.restore(name, path)
-            yield path
-            store.save_file(path, name)
+            yield store
 
     def prepare(self) -> None:
         """Split the key ranges (shards: auto) whose transfer state outgrew range_max_objects, each at its median key,
-        its halves taking over its rows; with a state_url, the states fetched from there first and the halves'
-        copied back (the range's own removed)."""
+        its halves taking over its rows; with a state_url, the states fetched from there first, then the halves'
+        copied there, then the new ranges, then the split ranges' states removed (a crash in between leaves whole
+        states behind the ranges the store names)."""
         if self.settings.shards != "auto":
             return
-        was = {self.step_spec(step).state_name() for step in self.shard_ranges()}
+        old = self.shard_ranges()
         self.fetch_checkpoints(None)
         state = self.loaded.layout.state
         with (
             contextlib.closing(open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)) as source,
             contextlib.closing(open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)) as target,
-            self._kept_ranges(source.url, target.url),
         ):
             split = split_outgrown(state, source.url, target.url, "", self.settings.range_max_objects)
-        if not split:
-            return
+            if not split:
+                return
+            new = key_ranges(source, target.url, "", len(old), state)  # the ranges just kept: no probe
+            names = {r: state_name(source.url, target.url, "", r) for r in [*old.values(), *new]}
+            kept = boundaries_path(state, source.url, target.url, "")
         self._ranges = None
-        after = self.shard_ranges()
-        log.info("key ranges split", split=len(split), ranges=len(after), most=self.settings.range_max_objects)
-        url = self._state_url()
-        if url is None:
-            return
-        now = {self.step_spec(step).state_name() for step in after}
-        with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
-            for name in now - was:
-                store.save_state(state / name, name)
-            for name in was - now:
-                store.connector.delete(name)
+        log.info("key ranges split", split=len(split), ranges=len(new), most=self.settings.range_max_objects)
+        with self._state_store() as store:
+            if store is None:
+                return
+            for key_range in set(new) - set(old.values()):
+                store.save_state(state / names[key_range], names[key_range])
+            store.save_file(kept, _name_in(state, kept))
+            for key_range in split:
+                store.connector.delete(names[key_range])
 
     def _local_cluster(self) -> bool:
         runner = self.settings.runner
@@ -650,14 +682,27 @@ class DataSyncPhase(Phase):
         return url if url is None or "://" in url else str(self.loaded.resolve(url))
 
     def preflight(self) -> list[CheckResult]:
-        """The state_url answers with its credentials and can be written."""
+        """The state_url answers with its credentials (a shard writes its first copy there as it starts, so a store
+        it cannot write fails the shard before anything is copied) and is none of the places ferry writes otherwise
+        (the source, the target, the plan's state directory), with local paths resolved."""
         url = self._state_url()
         if url is None:
             return []
+        failed = functools.partial(CheckResult, "preflight.state_storage_access", Status.FAIL, {"url": url})
+        if "://" not in url:
+            mine = Path(url).resolve()
+            places = {"source.storage": self.loaded.storage("source"), "target.storage": self.loaded.storage("target")}
+            for field, place in places.items():
+                if "://" not in place and mine.is_relative_to(Path(place).resolve()):
+                    return [failed(evidence=[f"phases.data_sync.state_url lies inside {field} ({place})"])]
+            state = self.loaded.layout.root.resolve()
+            if mine.is_relative_to(state) or state.is_relative_to(mine):
+                said = f"phases.data_sync.state_url and the plan's state directory ({state}) overlap"
+                return [failed(evidence=[f"{said}: the copies would replace the files ferry writes there"])]
         try:
             store = open_connector(url, self.loaded.plan.profiles)
         except FerryError as exc:
-            return [CheckResult("preflight.state_storage_access", Status.FAIL, {"url": url}, evidence=[str(exc)])]
+            return [failed(evidence=[str(exc)])]
         try:
             return [check_storage_access("state", store)]
         finally:
@@ -670,19 +715,20 @@ class DataSyncPhase(Phase):
         url = self._state_url()
         if url is None:
             return
-        store = StateStore(open_connector(url, self.loaded.plan.profiles))
-        try:
-            for step in self.steps():
-                name = self.step_spec(step).state_name()
-                store.restore(name, self.loaded.layout.state / name)
+        with self._state_store() as store:
+            assert store is not None
+            # Every shard's, this plan's shards now or not: a rollback of an older run reads them too.
+            for name in store.names(f"{TRANSFERS}/"):
+                if name.endswith(".sqlite"):
+                    store.restore(name, self.loaded.layout.state / name)
             if audit is not None:
                 prefix = _audit_prefix(audit, self.name)
                 for name in store.names(prefix):
                     local = audit.root / self.name / name.removeprefix(prefix)
-                    if not local.exists():
+                    if local.suffix == ".jsonl":
+                        store.merge_lines(local, name)  # every worker's lines, and any this folder holds
+                    elif not local.exists():
                         store.restore(name, local)
-        finally:
-            store.close()
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""

@@ -128,6 +128,8 @@ def test_a_password_in_a_url_does_not_travel_to_workers(tmp_path: Path) -> None:
         ("./dst/ferry-state", "lies inside target.storage"),
         ("./src/.state", "lies inside source.storage"),
         ("sftp://me:hunter2@host/state", "a URL with a password"),
+        ("./.ferry/checkpoints", "and state_dir '.ferry' overlap"),
+        ("./dst/", "lies inside target.storage"),
         ("gopher://host/state", "phases.data_sync.state_url"),
     ],
 )
@@ -142,8 +144,9 @@ def test_a_state_url_inside_what_is_synced_is_one_line(tmp_path: Path, state_url
 
 
 def test_a_worker_that_does_not_see_the_audit_folder_keeps_the_shard_in_state_url(tmp_path: Path) -> None:
-    """A worker on another machine: it runs the shard in a folder of its own (flows.phase._run_step), copies the
-    state and journal to state_url (a shared path here); the driver fetches them for the gate and the rollback."""
+    """A worker on another machine runs the shard in a folder of its own (as flows.phase._run_step gives it one, which
+    tests/deploy/test_k8s.py runs) and copies the state and journal to state_url (a shared path here); the driver
+    fetches them for the gate and the rollback."""
     from ferry.audit import AuditFolder
     from ferry.phases.base import Reporter
 
@@ -172,14 +175,21 @@ def test_a_worker_that_does_not_see_the_audit_folder_keeps_the_shard_in_state_ur
     assert not [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]
 
 
-def test_a_state_url_that_cannot_be_written_fails_preflight(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [("{root}/a-file", "not a directory"), ("{root}/dst/state", "lies inside target.storage"),
+     ("{root}/.ferry", "and the plan's state directory")],
+)  # fmt: skip
+def test_a_state_url_that_cannot_serve_fails_preflight(tmp_path: Path, where: str, said: str) -> None:
+    """Absolute paths where the plan's are relative: the overlap is found with both resolved."""
     tree(tmp_path)
     (tmp_path / "a-file").write_text("not a folder")
     plan = tmp_path / "migration.yaml"
-    plan.write_text(PLAN.format(name="state", source="./src", runner="threads\n    state_url: ./a-file"))
+    url = where.format(root=tmp_path)
+    plan.write_text(PLAN.format(name="state", source="./src", runner=f"threads\n    state_url: '{url}'"))
     (check,) = open_phase(load_plan(plan), "data_sync").preflight()
     assert (check.name, check.status.value) == ("preflight.state_storage_access", "FAIL"), check.to_dict()
-    assert "a-file" in check.evidence[0], check.evidence
+    assert said in check.evidence[0], check.evidence
 
 
 def test_an_existing_scheduler_needs_the_prefect_api(tmp_path: Path) -> None:
