@@ -437,4 +437,9 @@ def load_plan(path: Path) -> LoadedPlan:
     )
     plan = load_yaml_model(path, model, transform=prepare)
     node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    for name in plan.enabled_phases():
+        try:
+            load_phase(name).check_target(plan, found["target"])
+        except FieldProblem as exc:
+            raise UsageError(field_line(path, node, exc.loc, str(exc))) from None
     return LoadedPlan(path, plan, found["target"], found["raw"], refs, node)

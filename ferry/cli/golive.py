@@ -101,8 +101,8 @@ def golive_portability(
         out.print(json.dumps(report.as_json(result), indent=2), markup=False, highlight=False, soft_wrap=True)
     else:
         described = {name: a.description for name, a in target.accelerators.items()}
-        workloads = [report.Workload(name, name) for name in names]
-        for line in report.text(result, workloads, described):
+        recorded = report.record(result, [report.Workload(name, name) for name in names])
+        for line in report.text(recorded, described):
             out.print(line, markup=False, highlight=False)
     if any(f.severity == "blocker" for f in result.findings):
         raise typer.Exit(1)

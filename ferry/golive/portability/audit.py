@@ -47,10 +47,6 @@ class Finding:
             del data["cell"]
         return data
 
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.line}" + (f" (cell {self.cell})" if self.cell is not None else "")
-
 
 @dataclass(frozen=True)
 class Audit:

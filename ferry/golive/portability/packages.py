@@ -207,7 +207,7 @@ def line_of(text: str, needle: str) -> int:
 
 def pyproject(text: str, file: str, rules: tuple[Rule, ...]) -> list[Hit]:
     """pyproject.toml: PEP 621 dependencies and optional ones, build requirements, dependency groups, Poetry's
-    dependencies and the indexes of Poetry, uv and PDM."""
+    dependencies and the indexes of Poetry, uv and PDM; a Pipfile: its packages and sources."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -218,12 +218,24 @@ def pyproject(text: str, file: str, rules: tuple[Rule, ...]) -> list[Hit]:
         specs += [s for values in _table({"g": group}, "g").values() for s in _strings(values)]
     hits = [h for spec in specs for h in pip_spec(spec, file, line_of(text, spec), rules)]
     poetry = _table(tool, "poetry")
-    tables = [poetry.get("dependencies"), poetry.get("dev-dependencies")]
+    # Poetry's tables, and a Pipfile's (the same form: name = "version" or a table).
+    tables = [
+        poetry.get("dependencies"),
+        poetry.get("dev-dependencies"),
+        data.get("packages"),
+        data.get("dev-packages"),
+    ]
     tables += [_table(g, "dependencies") for g in _table(poetry, "group").values() if isinstance(g, dict)]
     for table in tables:
         for name, spec in _table({"t": table}, "t").items():
             hits += _poetry_dependency(name, spec, text, file, rules)
-    for sources in (poetry.get("source"), _table(tool, "uv").get("index"), _table(tool, "pdm").get("source")):
+    indexes = (
+        poetry.get("source"),
+        _table(tool, "uv").get("index"),
+        _table(tool, "pdm").get("source"),
+        data.get("source"),
+    )
+    for sources in indexes:
         for source in sources if isinstance(sources, list) else []:
             url = source.get("url") if isinstance(source, dict) else None
             if isinstance(url, str):

@@ -1,5 +1,6 @@
 """The audit as people act on it: per workload (or accelerator), blockers first, each with its place and the
-change; what is ok there as counts by kind; and as JSON for tooling."""
+change; what is ok there as counts by kind; and as JSON for tooling. Everything here reads the audit's record (the
+go-live step keeps it in portability.json), so the CLI, the gate and the HTML page say the same."""
 
 from __future__ import annotations
 
@@ -24,55 +25,68 @@ class Workload:
             finding.file == p or finding.file.startswith(p.rstrip("/") + "/") for p in self.paths
         )
 
-    def findings(self, audit: Audit) -> list[tuple[str, Finding]]:
-        """(severity here, finding) of every finding that concerns it, blockers first."""
-        found = [(f.severities[self.accelerator], f) for f in audit.findings if self.concerns(f)]
-        return sorted(found, key=lambda pair: SEVERITIES.index(pair[0]))
-
-    def counts(self, audit: Audit) -> dict[str, int]:
-        """Findings by severity here (every severity named)."""
-        counted = Counter(severity for severity, _ in self.findings(audit))
-        return {severity: counted[severity] for severity in SEVERITIES}
-
 
 def as_json(audit: Audit, workloads: list[Workload] | None = None) -> list[dict]:
-    """The findings as a list (file, line, kind, severity, message, fix, match, severities by accelerator), each
-    with the workloads it concerns and its severity for each, when there are workloads."""
+    """The findings as a list (file, line, kind, severity, message, fix, match, severities by accelerator); with
+    workloads, each names those it concerns and its severity for each."""
     listed = []
     for finding in audit.findings:
         data = finding.to_dict()
-        if workloads:
+        if workloads is not None:
             data["workloads"] = {w.name: finding.severities[w.accelerator] for w in workloads if w.concerns(finding)}
         listed.append(data)
     return listed
 
 
-def by_kind(pairs: list[tuple[str, Finding]], severity: str) -> dict[str, int]:
-    return dict(Counter(f.kind for s, f in pairs if s == severity))
+def record(audit: Audit, workloads: list[Workload]) -> dict:
+    """The audit as JSON: files read, device-agnostic places, the workloads and the findings."""
+    return {
+        "files": audit.files,
+        "agnostic": audit.agnostic,
+        "workloads": [{"name": w.name, "accelerator": w.accelerator} for w in workloads],
+        "findings": as_json(audit, workloads),
+    }
 
 
-def line(severity: str, finding: Finding) -> str:
+def by_workload(recorded: dict) -> list[tuple[dict, list[tuple[str, dict]]]]:
+    """Each workload of a record with (its severity, finding) for every finding that concerns it, blockers first."""
+    found = []
+    for workload in recorded["workloads"]:
+        name = workload["name"]
+        mine = [(f["workloads"][name], f) for f in recorded["findings"] if name in f["workloads"]]
+        found.append((workload, sorted(mine, key=lambda pair: SEVERITIES.index(pair[0]))))
+    return found
+
+
+def counts(pairs: list[tuple[str, dict]]) -> dict[str, int]:
+    """Findings by severity (every severity named)."""
+    counted = Counter(severity for severity, _ in pairs)
+    return {severity: counted[severity] for severity in SEVERITIES}
+
+
+def line(severity: str, finding: dict) -> str:
     """One finding as a line: severity, place, kind, why, and what to do."""
-    fix = f" -> {finding.fix}" if finding.fix and severity != "ok" else ""
-    return f"{severity.upper()} {finding.where} {finding.kind}: {finding.message}{fix}"
+    where = f"{finding['file']}:{finding['line']}" + (f" (cell {finding['cell']})" if "cell" in finding else "")
+    fix = f" -> {finding['fix']}" if finding["fix"] and severity != "ok" else ""
+    return f"{severity.upper()} {where} {finding['kind']}: {finding['message']}{fix}"
 
 
-def text(audit: Audit, workloads: list[Workload], accelerators: dict[str, str]) -> list[str]:
+def text(recorded: dict, accelerators: dict[str, str]) -> list[str]:
     """The report's lines: a summary, then per workload its counts, its blockers and warnings one a line, and what
     is ok there by kind. accelerators: description by name."""
     lines = [
-        f"{audit.files} file(s) read, {len(audit.findings)} finding(s); {audit.agnostic} place(s) already "
-        "device-agnostic (torch.accelerator, torch.device from configuration)"
+        f"{recorded['files']} file(s) read, {len(recorded['findings'])} finding(s); {recorded['agnostic']} place(s) "
+        "already device-agnostic (torch.accelerator, torch.device from configuration)"
     ]
-    for workload in workloads:
-        counts, pairs = workload.counts(audit), workload.findings(audit)
-        about = accelerators.get(workload.accelerator) or workload.accelerator
-        title = workload.name if workload.name == workload.accelerator else f"{workload.name} on {workload.accelerator}"
+    for workload, pairs in by_workload(recorded):
+        name, accelerator, counted = workload["name"], workload["accelerator"], counts(pairs)
+        title = name if name == accelerator else f"{name} on {accelerator}"
+        about = accelerators.get(accelerator) or accelerator
         lines.append(
-            f"{title} ({about}): {counts['blocker']} blocker(s), {counts['warn']} warning(s), {counts['ok']} ok"
+            f"{title} ({about}): {counted['blocker']} blocker(s), {counted['warn']} warning(s), {counted['ok']} ok"
         )
         lines += [f"  {line(s, f)}" for s, f in pairs if s != "ok"]
-        if counts["ok"]:
-            kinds = ", ".join(f"{k} {n}" for k, n in sorted(by_kind(pairs, "ok").items()))
-            lines.append(f"  ok on {workload.accelerator} as it is: {kinds}")
+        if counted["ok"]:
+            kinds = Counter(f["kind"] for s, f in pairs if s == "ok")
+            lines.append(f"  ok on {accelerator} as it is: {', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}")
     return lines

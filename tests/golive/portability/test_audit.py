@@ -56,13 +56,14 @@ def test_the_report_per_workload_puts_blockers_first_and_counts_what_is_ok(tmp_p
         report.Workload("llama-mtia", "mtia", ("train",)),
         report.Workload("llama-h100", "nvidia"),
     ]
-    lines = report.text(result, workloads, {"nvidia": "NVIDIA H100/H200", "mtia": "Meta MTIA"})
+    recorded = report.record(result, workloads)
+    lines = report.text(recorded, {"nvidia": "NVIDIA H100/H200", "mtia": "Meta MTIA"})
     assert lines[1] == "llama-mtia on mtia (Meta MTIA): 6 blocker(s), 0 warning(s), 0 ok"
     assert lines[2].startswith("  BLOCKER train/csrc/fused.cu:1 cuda-extension: fused.cu is CUDA C++ source -> ")
     h100 = lines.index("llama-h100 on nvidia (NVIDIA H100/H200): 1 blocker(s), 2 warning(s), 7 ok")
     assert lines[h100 + 1].startswith("  BLOCKER image/Dockerfile:2 ib-setting: NCCL_SOCKET_IFNAME=ib0")
     assert lines[-1] == "  ok on nvidia as it is: cuda-call 2, cuda-extension 1, cuda-package 3, nccl-backend 1"
-    listed = report.as_json(result, workloads)
+    listed = recorded["findings"]
     cu = next(item for item in listed if item["file"] == "train/csrc/fused.cu")
     assert cu["workloads"] == {"llama-mtia": "blocker", "llama-h100": "ok"}
     docker = next(item for item in listed if item["file"] == "image/Dockerfile" and item["kind"] == "ib-setting")

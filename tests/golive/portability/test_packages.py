@@ -75,6 +75,24 @@ def test_pyproject_dependencies_groups_poetry_and_indexes() -> None:
     ]  # fmt: skip
 
 
+def test_a_pipfile() -> None:
+    text = textwrap.dedent(
+        """\
+        [[source]]
+        url = "https://download.pytorch.org/whl/cu118"
+        name = "pytorch"
+
+        [packages]
+        torch = {version = "==2.1.0+cu118", index = "pytorch"}
+        requests = "*"
+        bitsandbytes = "*"
+        """
+    )
+    assert matched(packages.pyproject(text, "Pipfile", RULES)) == [
+        (2, "https://download.pytorch.org/whl/cu118"), (6, "torch==2.1.0+cu118"), (8, "bitsandbytes")
+    ]  # fmt: skip
+
+
 def test_a_pyproject_that_is_no_toml_is_unreadable() -> None:
     (hit,) = packages.pyproject('[project]\nname = "x\n', "pyproject.toml", RULES)
     assert hit.rule.kind == "unreadable" and hit.line == 2
