@@ -3,6 +3,7 @@ an unreadable file."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ferry.golive.portability.rules import Rule
@@ -15,9 +16,13 @@ UNREADABLE = Rule(
 QUOTE = 80
 
 
+# The credentials a URL may carry (https://user:token@host/simple): never quoted.
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
 def quote(text: str) -> str:
-    """text on one line, cut to QUOTE characters."""
-    flat = " ".join(text.split())
+    """text on one line, a URL's credentials masked, cut to QUOTE characters."""
+    flat = _USERINFO.sub("***@", " ".join(text.split()))
     return flat if len(flat) <= QUOTE else flat[: QUOTE - 3] + "..."
 
 

@@ -213,7 +213,7 @@ def read_script(text: str, file: str, rules: tuple[Rule, ...]) -> tuple[list[Hit
 
 
 def _values(setting: Setting) -> tuple[tuple[str, str], ...]:
-    return (("variable", setting.name), ("value", setting.value))
+    return (("variable", setting.name), ("value", quote(setting.value)))
 
 
 def _setting_rule(setting: Setting, rules: tuple[Rule, ...], profile: TargetProfile) -> Rule | None:

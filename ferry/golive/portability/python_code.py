@@ -151,13 +151,13 @@ def _read(reading: _Reading, tree: ast.Module) -> int:
 
 
 def _defaults(reading: _Reading, args: ast.arguments) -> None:
-    """def train(device="cuda"): a parameter named for a device, with a device literal as its default."""
+    """def train(device="cuda", backend="nccl"): a parameter named for a device or a backend, with a literal
+    default."""
     positional = [*args.posonlyargs, *args.args]
     pairs = [*zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)]
     pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
     for arg, default in pairs:
-        if "device" in arg.arg.lower():
-            _device_literal(reading, default, default)
+        _named_literal(reading, arg.arg, default, default)
 
 
 def _reference(reading: _Reading, node: ast.Attribute | ast.Name, parent: ast.AST | None) -> int:
@@ -187,16 +187,16 @@ def _call(reading: _Reading, call: ast.Call) -> int:
     devices = [keywords[k] for k in DEVICE_KEYWORDS if k in keywords]
     if call.args and (name in DEVICE_CALLS or isinstance(func, ast.Attribute) and func.attr == "to"):
         devices.append(call.args[0])
-    # parser.add_argument("--device", default="cuda"): the default of a device option.
-    option = [t for arg in call.args for t in literal_texts(arg)]
+    # parser.add_argument("--device", default="cuda"), ("--dist-backend", default="nccl"): an option's default.
     if isinstance(func, ast.Attribute) and func.attr == "add_argument" and "default" in keywords:
-        devices += [keywords["default"]] if any("device" in t for t in option) else []
+        option = " ".join(t for arg in call.args for t in literal_texts(arg))
+        _named_literal(reading, option, keywords["default"], call)
     found = [_device_literal(reading, expr, call) for expr in devices]
     backends = [keywords[k] for k in BACKEND_KEYWORDS if k in keywords]
     if call.args and name in BACKEND_CALLS:
         backends.append(call.args[0])
-    for texts in map(literal_texts, backends):
-        reading.hit(reading.rule("backend", lambda b, t=texts: any(_names_backend(x, b) for x in t)), call)
+    for expr in backends:
+        _backend_literal(reading, expr, call)
     for key, value in keywords.items():
         rule = reading.rule("keywords", lambda k, key=key, t=literal_texts(value): _keyword(k, key, t))
         written = ast.get_source_segment(reading.source, value)
@@ -220,16 +220,31 @@ def _device_literal(reading: _Reading, expr: ast.expr, node: ast.AST) -> bool:
     return rule is not None or bool(texts)
 
 
+def _backend_literal(reading: _Reading, expr: ast.expr, node: ast.AST) -> None:
+    """A collective backend as a literal at a backend's place (expr, inside node)."""
+    texts = literal_texts(expr)
+    reading.hit(reading.rule("backend", lambda b: any(_names_backend(t, b) for t in texts)), node)
+
+
+def _named_literal(reading: _Reading, name: str, expr: ast.expr, node: ast.AST) -> None:
+    """A literal given to something named for a device (device, DEVICE, self.device_type) or a collective backend
+    (backend, dist_backend): `backend = "nccl"` at the top of a script is the backend its init uses."""
+    lowered = name.lower()
+    if "device" in lowered:
+        _device_literal(reading, expr, node)
+    elif "backend" in lowered:
+        _backend_literal(reading, expr, node)
+
+
 def _assignment(reading: _Reading, node: ast.Assign | ast.AnnAssign) -> None:
-    """device = "cuda", self.device = "cuda:0", os.environ["NCCL_SOCKET_IFNAME"] = "ib0"."""
+    """device = "cuda", self.device = "cuda:0", backend = "nccl", os.environ["NCCL_SOCKET_IFNAME"] = "ib0"."""
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     for target in targets:
         if isinstance(target, ast.Subscript) and reading.qualified(target.value) == "os.environ":
             _setting(reading, target.slice, node.value, node)
             continue
         last = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
-        if "device" in last.lower():
-            _device_literal(reading, node.value, node)
+        _named_literal(reading, last, node.value, node)
 
 
 def _environ_call(reading: _Reading, call: ast.Call, name: str | None) -> None:

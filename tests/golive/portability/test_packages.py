@@ -39,6 +39,12 @@ def test_a_requirements_file_with_a_cuda_index_and_local_versions() -> None:
     ]  # fmt: skip
 
 
+def test_an_index_with_credentials_is_quoted_without_them() -> None:
+    text = "--extra-index-url https://ci:s3cr3t@pypi.nvidia.com/simple\n"
+    (hit,) = packages.requirements(text, "requirements.txt", RULES)
+    assert hit.match == "https://***@pypi.nvidia.com/simple" and "s3cr3t" not in repr(hit)
+
+
 def test_a_direct_wheel_url_percent_encoded() -> None:
     spec = "torch @ https://download.pytorch.org/whl/cu118/torch-2.1.0%2Bcu118-cp310-cp310-linux_x86_64.whl"
     (hit,) = packages.requirements(spec, "requirements.txt", RULES)

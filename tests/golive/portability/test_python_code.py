@@ -99,6 +99,17 @@ CASES = {
         """,
         [(3, "nccl-backend"), (4, "nccl-backend"), (5, "nccl-backend"), (6, "nccl-backend"), (7, "nccl-backend")],
     ),
+    "the backend a script's settings name (nanoGPT, Megatron options)": (
+        """
+        import torch.distributed as dist
+        backend = "nccl"  # 'nccl', 'gloo', etc.
+        dist.init_process_group(backend=backend)
+        parser.add_argument("--dist-backend", default="nccl", choices=["nccl", "gloo"])
+        def setup(rank, world_size, backend="nccl"):
+            pass
+        """,
+        [(2, "nccl-backend"), (4, "nccl-backend"), (5, "nccl-backend")],
+    ),
     "CUDA-only libraries, each import once": (
         """
         import cupy as cp
