@@ -65,6 +65,7 @@ class _Reading:
     # Module line -> (cell, line in the cell), for notebooks.
     where: dict[int, tuple[int, int]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
     settings: list[Setting] = field(default_factory=list)
 
@@ -72,11 +73,23 @@ class _Reading:
         cell, at = self.where.get(line, (None, line))
         return at, cell
 
+    def segment(self, node: ast.AST) -> str:
+        """The source text of node (its first lines: a finding quotes little of it)."""
+        if not self.lines:
+            self.lines = self.source.splitlines()
+        first, last = node.lineno - 1, min(node.end_lineno or node.lineno, node.lineno + 3) - 1
+        lines = self.lines[first : last + 1]
+        if not lines:
+            return ""
+        if len(lines) == 1:
+            return lines[0][node.col_offset : node.end_col_offset if node.end_lineno == node.lineno else None]
+        return "\n".join([lines[0][node.col_offset :], *lines[1:]])
+
     def hit(self, rule: Rule | None, node: ast.AST, match: str | None = None) -> None:
         if rule is None:
             return
         line, cell = self.place(node.lineno)
-        text = match if match is not None else ast.get_source_segment(self.source, node) or ""
+        text = match if match is not None else self.segment(node)
         self.hits.append(Hit(self.file, line, rule, quote(text), cell=cell))
 
     def rule(self, matcher: str, test) -> Rule | None:
@@ -199,8 +212,8 @@ def _call(reading: _Reading, call: ast.Call) -> int:
         _backend_literal(reading, expr, call)
     for key, value in keywords.items():
         rule = reading.rule("keywords", lambda k, key=key, t=literal_texts(value): _keyword(k, key, t))
-        written = ast.get_source_segment(reading.source, value)
-        reading.hit(rule, call, f"{ast.get_source_segment(reading.source, func)}(... {key}={written})")
+        if rule is not None:
+            reading.hit(rule, call, f"{reading.segment(func)}(... {key}={reading.segment(value)})")
         if key in REQUIRES_KEYWORDS:
             _requirements(reading, value)
     _environ_call(reading, call, name)
