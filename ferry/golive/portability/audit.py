@@ -163,7 +163,8 @@ class _Reader:
         self.containers += [container] if container else []
 
     def _yaml(self, text: str, name: str) -> None:
-        """Kubernetes objects (kind and apiVersion), or a conda environment (dependencies, no kind)."""
+        """Kubernetes objects (kind and apiVersion); else a conda environment (dependencies) and the environments
+        an Azure ML job or a Compose file sets."""
         objects = network.manifest_documents(text, name)
         if isinstance(objects, Hit):
             self.hits.append(objects)
@@ -171,8 +172,10 @@ class _Reader:
         for obj in objects:
             if "kind" in obj and "apiVersion" in obj:
                 self.objects.append((name, obj))
-            elif isinstance(obj.get("dependencies"), list):
+                continue
+            if isinstance(obj.get("dependencies"), list):
                 self.hits += packages.conda_environment(obj, name, self.rules, network.yaml_line)
+            self.containers += network.environment_blocks(obj, name)
 
     def containers_judged(self, profile: TargetProfile) -> list[Hit]:
         containers = self.containers + network.workload_containers(self.objects, network.config_maps(self.objects))

@@ -151,6 +151,32 @@ def _container(
         container.capabilities[str(name).upper().removeprefix("CAP_")] = yaml_line(added, i) or container.line
 
 
+# Where YAML that is no Kubernetes object keeps a process's environment: an Azure ML job's (and each job of its
+# pipeline's) environment_variables, a Compose service's environment.
+ENV_KEYS = ("environment_variables", "environment")
+
+
+def environment_blocks(node: Any, file: str) -> list[Container]:
+    """Each environment a document names under ENV_KEYS (a mapping, or a list of NAME=value), as a container."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ENV_KEYS and isinstance(value, dict | list):
+                pairs = (
+                    [(str(k), v, yaml_line(value, k)) for k, v in value.items()]
+                    if isinstance(value, dict)
+                    else [(*str(v).partition("=")[::2], yaml_line(value, i)) for i, v in enumerate(value)]
+                )
+                settings = [Setting(k, str(v), file, line) for k, v, line in pairs if not isinstance(v, dict | list)]
+                if settings:
+                    found.append(Container(f"{file} {key}", file, yaml_line(node, key), settings))
+            else:
+                found += environment_blocks(value, file)
+    elif isinstance(node, list):
+        found += [c for item in node for c in environment_blocks(item, file)]
+    return found
+
+
 def _unquoted(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
 

@@ -23,6 +23,10 @@ BACKEND_KEYWORDS = ("backend", "dist_backend", "process_group_backend", "ddp_bac
 # setup() keywords whose strings are requirements.
 REQUIRES_KEYWORDS = ("install_requires", "setup_requires", "extras_require", "requires")
 _MAGIC = re.compile(r"^\s*[%!]")
+# IPython runs these without a % (automagic).
+_AUTOMAGIC = re.compile(r"^\s*(pip|conda|mamba)\s+install\b")
+# Cell magics whose body is shell.
+_SHELL_CELLS = ("%%bash", "%%sh", "%%script", "%%system")
 
 
 def literal_texts(expr: ast.expr | None) -> list[str]:
@@ -320,6 +324,29 @@ def read_module(source: str, file: str, rules: tuple[Rule, ...]) -> PythonFindin
     return _findings(_Reading(source, file, rules), tree)
 
 
+def _cell_code(lines: list[str]) -> tuple[list[str] | None, list[tuple[int, str]]]:
+    """A code cell's Python (its shell lines blanked, so lines keep their numbers; None for a cell of another
+    language, %%bash, %%writefile of a file that is not Python) and its shell commands as (line, command): `!cmd`,
+    `%pip`, IPython's automagic `pip install`, a continued `!cmd \\` whole."""
+    magic = lines[0].split() if lines and lines[0].startswith("%%") else []
+    if magic and magic[0] in _SHELL_CELLS:
+        return None, [(at + 1, line) for at, line in packages.logical_lines("\n".join(lines[1:]))]
+    if magic and magic[0] == "%%writefile" and not (len(magic) > 1 and magic[-1].endswith(".py")):
+        return None, []
+    code, shell, continued = [], [], False
+    for at, line in enumerate(lines, 1):
+        if continued or _MAGIC.match(line) or _AUTOMAGIC.match(line):
+            if not continued:
+                shell.append((at, line.strip().lstrip("%!")))
+            else:
+                shell[-1] = (shell[-1][0], shell[-1][1].rstrip("\\") + " " + line.strip())
+            continued = line.rstrip().endswith("\\")
+            code.append("")
+        else:
+            code.append(line)
+    return code, shell
+
+
 def read_notebook(text: str, file: str, rules: tuple[Rule, ...]) -> PythonFindings:
     """An .ipynb notebook cell by cell: a cell that does not parse is unreadable (the others are read, as one
     module: a later cell uses an earlier one's imports); `!pip install` and `%pip install` lines are judged."""
@@ -336,10 +363,11 @@ def read_notebook(text: str, file: str, rules: tuple[Rule, ...]) -> PythonFindin
             continue
         source = cell.get("source", "")
         lines = ("".join(source) if isinstance(source, list) else str(source)).splitlines()
-        for at, line in enumerate(lines, 1):
-            if _MAGIC.match(line):
-                hits += packages.command(line.strip().lstrip("%!"), file, at, rules, number)
-        code = [("" if _MAGIC.match(line) else line) for line in lines]
+        code, shell = _cell_code(lines)
+        for at, command in shell:
+            hits += packages.command(command, file, at, rules, number)
+        if code is None:
+            continue
         parsed = _parse("\n".join(code), file)
         if isinstance(parsed, Hit):
             hits.append(unreadable(file, parsed.line, f"cell {number}: {parsed.match}", number))

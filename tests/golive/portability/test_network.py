@@ -196,3 +196,36 @@ def test_a_list_of_objects_as_kubectl_get_prints_it() -> None:
               containers: [{name: c, image: x}]
     """
     assert found(judged(("list.yaml", listed))) == [(10, "host-network")]
+
+
+def test_an_azure_ml_job_and_a_compose_file_set_environments() -> None:
+    job = """\
+    $schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json
+    command: python train.py
+    environment: azureml:acpt-pytorch-2.2-cuda12.1@latest
+    distribution: {type: pytorch, process_count_per_instance: 8}
+    environment_variables:
+      NCCL_DEBUG: WARN
+      NCCL_SOCKET_IFNAME: eth0
+      NCCL_TOPO_FILE: /opt/microsoft/ndv4-topo.xml
+      UCX_NET_DEVICES: mlx5_ib0:1
+    """
+    compose = """\
+    services:
+      trainer:
+        image: trainer
+        environment:
+          - NCCL_SOCKET_IFNAME=ib0
+          - NCCL_DEBUG=INFO
+    """
+    containers = [
+        c
+        for name, text in (("job.yml", job), ("compose.yaml", compose))
+        for doc in network.manifest_documents(textwrap.dedent(text), name)
+        for c in network.environment_blocks(doc, name)
+    ]
+    assert [c.label for c in containers] == ["job.yml environment_variables", "compose.yaml environment"]
+    assert sorted((h.file, h.line, h.rule.kind) for h in network.judge(containers, RULES, META)) == [
+        ("compose.yaml", 5, "ib-setting"), ("job.yml", 5, "roce-missing"), ("job.yml", 8, "ib-setting"),
+        ("job.yml", 9, "ib-setting"),
+    ]  # fmt: skip

@@ -231,11 +231,16 @@ def test_a_notebook_is_read_cell_by_cell() -> None:
         ("code", "%%time\nmodel = model.cuda()\n"),
         ("code", "def broken(:\n"),
         ("code", "x = torch.randn(3, device='cuda')\n"),
+        ("code", "%%bash\nset -e\npip install cupy-cuda12x\n"),
+        ("code", "pip install xformers\n!pip install --no-cache-dir \\\n    apex\ny = x.cuda()\n"),
+        ("code", "%%writefile train.py\nimport torch\nmodel.cuda()\n"),
+        ("code", "%%writefile job.yaml\nkind: Job\n"),
     )
     result = read_notebook(text, "explore.ipynb", RULES).hits
     assert sorted((h.cell, h.line, h.rule.kind) for h in result) == [
         (2, 1, "cuda-package"), (2, 1, "cuda-package"), (3, 2, "cuda-call"), (4, 1, "unreadable"),
-        (5, 1, "cuda-call"),
+        (5, 1, "cuda-call"), (6, 3, "cuda-package"), (7, 1, "cuda-package"), (7, 2, "cuda-package"),
+        (7, 4, "cuda-call"), (8, 3, "cuda-call"),
     ]  # fmt: skip
 
 
