@@ -96,6 +96,9 @@ def golive_portability(
         known = ", ".join(target.accelerators)
         raise UsageError(f"--accelerator: profile {target.name} has no accelerator {accelerator!r} ({known})")
     names = [accelerator] if accelerator else list(target.accelerators)
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or folder")
     result = audit(paths, target, names, Path.cwd().resolve())
     if output_format == "json":
         out.print(json.dumps(report.as_json(result), indent=2), markup=False, highlight=False, soft_wrap=True)

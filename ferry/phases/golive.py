@@ -114,6 +114,11 @@ class GolivePhase(Phase):
                 f"scale {s.autoscaling.deployment} to {s.autoscaling.replicas} replicas (Ready within "
                 f"{gate.scale_up_s} s), then restore it"
             )
+        if paths := self.audited_paths():
+            parts.append(
+                f"audit {len(paths)} path(s) for portability to {self.loaded.target.name} (at most "
+                f"{gate.max_portability_blockers} blocker(s) a workload)"
+            )
         return "; ".join(parts) + "; then the go-live report (Markdown and HTML). A SKIP counts as WARN."
 
     def changes(self) -> Changes:

@@ -52,6 +52,7 @@ def test_device_agnostic_code_has_nothing_to_say(tmp_path: Path, monkeypatch) ->
         (["--accelerator", "amd"], "ferry: error: --accelerator: profile meta-compute has no accelerator 'amd' "
                                    "(nvidia, mtia)"),
         (["--format", "yaml"], "ferry: error: --format: 'yaml' is not text or json"),
+        (["gone/"], "ferry: error: gone: no such file or folder"),
         (["--profile", "nowhere"], "ferry: error: target profile 'nowhere' is not built in (generic-k8s, "
                                    "meta-compute) nor a path"),
     ],

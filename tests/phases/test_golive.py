@@ -515,6 +515,8 @@ def test_portability_audits_what_the_plan_moves_for_each_workload(tmp_path) -> N
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
     phase = open_phase(load_plan(path), "golive")
     assert phase.audited_paths() == [tmp_path / p for p in ("image/Dockerfile", "image", "k8s/job.yaml", "train")]
+    assert phase.files() == {("phases", "golive", "workloads", 0, "paths", 0): tmp_path / "train"}
+    assert "audit 4 path(s) for portability to meta-compute (at most 0 blocker(s) a workload)" in phase.summary()
     audit = AuditFolder(tmp_path / "runs" / "r1")
     phase.run("portability", audit, Reporter())
     check = by_name(phase.gate(audit))["golive.portability"]

@@ -300,7 +300,10 @@ class PythonFindings:
 
 
 def _findings(reading: _Reading, tree: ast.Module) -> PythonFindings:
-    agnostic = _read(reading, tree)
+    try:
+        agnostic = _read(reading, tree)
+    except RecursionError:  # an expression nested deeper than the interpreter recurses (generated code)
+        return PythonFindings([unreadable(reading.file, 1, "nested too deeply to read")], None, 0)
     settings = reading.settings
     container = Container(f"{reading.file} (os.environ)", reading.file, 1, settings) if settings else None
     return PythonFindings(reading.hits, container, agnostic)

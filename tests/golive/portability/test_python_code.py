@@ -218,6 +218,12 @@ def test_a_file_that_does_not_parse_is_unreadable_never_skipped(source: str, lin
     assert hit.rule.kind == "unreadable" and hit.line == line and "not Python" in hit.match
 
 
+def test_an_expression_nested_past_the_interpreters_recursion_is_unreadable() -> None:
+    source = "device = " + " + ".join(['"cuda"'] * 2000) + "\n"
+    (hit,) = read_module(source, "generated.py", RULES).hits
+    assert hit.rule.kind == "unreadable" and hit.match == "nested too deeply to read"
+
+
 def notebook(*cells: tuple[str, str]) -> str:
     return json.dumps(
         {"nbformat": 4, "cells": [{"cell_type": kind, "source": text.splitlines(True)} for kind, text in cells]}
