@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ferry.golive.portability.model import Hit, quote, unreadable
 from ferry.golive.portability.rules import Rule, first, matches
@@ -43,8 +43,11 @@ def pip_spec(spec: str, file: str, line: int, rules: tuple[Rule, ...], cell: int
     try:
         req = Requirement(spec.strip())
     except InvalidRequirement:
-        # A path, a bare URL or a VCS link: only where it points can say.
-        return index(spec.strip(), file, line, rules, cell)
+        # A path, a bare URL or a VCS link: where it points, else what it names (#egg=, a wheel's file name, a
+        # repository's name).
+        named = _named_by_url(spec.strip())
+        found = index(spec.strip(), file, line, rules, cell)
+        return found or (pip_spec(named, file, line, rules, cell) if named else [])
     name = canonicalize_name(req.name)
     locals_ = [s.version.partition("+")[2] for s in req.specifier if "+" in s.version]
     tests = {
@@ -55,6 +58,26 @@ def pip_spec(spec: str, file: str, line: int, rules: tuple[Rule, ...], cell: int
     }
     rule = next((r for r in rules for m, test in tests.items() if getattr(r, m) and test(getattr(r, m))), None)
     return _hit(rule, file, line, spec, cell)
+
+
+def _named_by_url(url: str) -> str | None:
+    """What a URL or VCS link installs, as a requirement: git+https://github.com/NVIDIA/apex.git is apex,
+    .../torch-2.1.0%2Bcu121-cp310-cp310-linux_x86_64.whl is torch==2.1.0+cu121; None for a local path."""
+    if "://" not in url:
+        return None
+    address, _, fragment = url.partition("#")
+    egg = re.search(r"(?:^|&)egg=([A-Za-z0-9_.\-]+)", fragment)
+    if egg:
+        return egg.group(1)
+    last = unquote(address.rstrip("/").rsplit("/", 1)[-1]).split("@")[0]
+    if last.endswith(".whl"):
+        try:
+            name, version, _, _ = parse_wheel_filename(last)
+        except InvalidWheelFilename:
+            return None
+        return f"{name}=={version}"
+    name = re.sub(r"(\.git|\.tar\.gz|\.zip)$", "", last)
+    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name) else None
 
 
 def conda_spec(spec: str, file: str, line: int, rules: tuple[Rule, ...], cell: int | None = None) -> list[Hit]:
@@ -85,6 +108,9 @@ def _options(tokens: list[str]) -> Iterator[tuple[str | None, str]]:
         option, eq, value = token.partition("=")
         if token.startswith("-") and option in _URL_OPTIONS | _VALUE_OPTIONS:
             yield option, value if eq else next(tokens, "")
+        elif option in ("-e", "--editable"):
+            # An editable install names a requirement (a VCS link, a path).
+            yield None, value if eq else next(tokens, "")
         elif token.startswith("-"):
             # A flag (-U, --no-cache-dir); -c of conda names a channel and is in _VALUE_OPTIONS.
             continue

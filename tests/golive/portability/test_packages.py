@@ -45,6 +45,21 @@ def test_an_index_with_credentials_is_quoted_without_them() -> None:
     assert hit.match == "https://***@pypi.nvidia.com/simple" and "s3cr3t" not in repr(hit)
 
 
+def test_links_judged_by_what_they_install() -> None:
+    text = textwrap.dedent(
+        """\
+        -e git+https://github.com/NVIDIA/apex.git#egg=apex
+        git+https://github.com/Dao-AILab/flash-attention.git@v2.5.8
+        https://example.com/wheels/torch-2.3.1%2Bcu121-cp311-cp311-linux_x86_64.whl
+        git+https://github.com/huggingface/transformers.git
+        -e .
+        """
+    )
+    assert found(packages.requirements(text, "requirements.txt", RULES)) == [
+        (1, "cuda-package"), (2, "cuda-package"), (3, "cuda-package")
+    ]  # fmt: skip
+
+
 def test_a_direct_wheel_url_percent_encoded() -> None:
     spec = "torch @ https://download.pytorch.org/whl/cu118/torch-2.1.0%2Bcu118-cp310-cp310-linux_x86_64.whl"
     (hit,) = packages.requirements(spec, "requirements.txt", RULES)
