@@ -57,8 +57,8 @@ class Audit:
     agnostic: int
 
 
-def _kind(path: Path) -> str | None:
-    """Which reader a file goes to, by its name (None: not a file the audit reads)."""
+def _kind(path: Path) -> str:
+    """Which reader a file goes to, by its name ("source": none, not a file the audit reads)."""
     name = path.name
 
     def named(patterns: tuple[str, ...]) -> bool:
