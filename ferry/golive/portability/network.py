@@ -65,7 +65,8 @@ def _name(obj: dict) -> tuple[str | None, str]:
 
 
 def config_maps(objects: list[tuple[str, dict]]) -> dict[tuple[str | None, str], list[Setting]]:
-    """Every ConfigMap's data as settings, by (namespace, name); objects: (file, object)."""
+    """Every ConfigMap's data as settings, by (namespace, name), and those a kustomization generates from literals;
+    objects: (file, object)."""
     found = {}
     for file, obj in objects:
         data = obj.get("data")
@@ -74,6 +75,14 @@ def config_maps(objects: list[tuple[str, dict]]) -> dict[tuple[str | None, str],
             found[namespace, name] = [
                 Setting(str(k), str(v), file, yaml_line(data, k), via=f"ConfigMap {name}") for k, v in data.items()
             ]
+        generators = obj.get("configMapGenerator") if obj.get("kind") == "Kustomization" else None
+        for generator in generators if isinstance(generators, list) else []:
+            literals = generator.get("literals") if isinstance(generator, dict) else None
+            if isinstance(literals, list) and "name" in generator:
+                name = str(generator["name"])
+                found[generator.get("namespace", obj.get("namespace")), name] = [
+                    Setting(k, str(v), file, line, via=f"ConfigMap {name}") for k, v, line in _pairs(literals)
+                ]
     return found
 
 
@@ -114,7 +123,10 @@ def _container(
     container: Container, item: dict, namespace: str | None, maps: dict[tuple[str | None, str], list[Setting]]
 ) -> None:
     def mounted(name: Any) -> list[Setting]:
-        return maps.get((namespace, str(name)), maps.get((None, str(name)), []))
+        """The ConfigMap of that name in the container's namespace, else of that name anywhere (a kustomization
+        sets the namespace of what it builds)."""
+        exact = maps.get((namespace, str(name)))
+        return exact if exact is not None else next((v for (_, n), v in maps.items() if n == str(name)), [])
 
     env = item.get("env") if isinstance(item.get("env"), list) else []
     for i, entry in enumerate(env):
@@ -152,21 +164,30 @@ def _container(
 
 
 # Where YAML that is no Kubernetes object keeps a process's environment: an Azure ML job's (and each job of its
-# pipeline's) environment_variables, a Compose service's environment.
-ENV_KEYS = ("environment_variables", "environment")
+# pipeline's) environment_variables, a Compose service's environment, a Ray runtime_env's env_vars, a Helm chart's
+# values (env as a container's list of name and value), a conda environment's variables.
+ENV_KEYS = ("environment_variables", "environment", "env_vars", "env", "variables")
+
+
+def _pairs(value: dict | list) -> list[tuple[str, Any, int]]:
+    """(name, value, line) of an environment written as a mapping, a list of NAME=value or of {name, value}."""
+    if isinstance(value, dict):
+        return [(str(k), v, yaml_line(value, k)) for k, v in value.items()]
+    return [
+        (str(item["name"]), item["value"], yaml_line(value, i))
+        if isinstance(item, dict) and "name" in item and "value" in item
+        else (*str(item).partition("=")[::2], yaml_line(value, i))
+        for i, item in enumerate(value)
+    ]
 
 
 def environment_blocks(node: Any, file: str) -> list[Container]:
-    """Each environment a document names under ENV_KEYS (a mapping, or a list of NAME=value), as a container."""
+    """Each environment a document names under ENV_KEYS, as a container."""
     found = []
     if isinstance(node, dict):
         for key, value in node.items():
             if key in ENV_KEYS and isinstance(value, dict | list):
-                pairs = (
-                    [(str(k), v, yaml_line(value, k)) for k, v in value.items()]
-                    if isinstance(value, dict)
-                    else [(*str(v).partition("=")[::2], yaml_line(value, i)) for i, v in enumerate(value)]
-                )
+                pairs = _pairs(value)
                 settings = [Setting(k, str(v), file, line) for k, v, line in pairs if not isinstance(v, dict | list)]
                 if settings:
                     found.append(Container(f"{file} {key}", file, yaml_line(node, key), settings))

@@ -38,6 +38,8 @@ def literal_texts(expr: ast.expr | None) -> list[str]:
         return literal_texts(expr.values[0])
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod | ast.Add):
         return literal_texts(expr.left)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):  # a path joined: root / "kernel.cu"
+        return literal_texts(expr.right)
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format":
         return literal_texts(expr.func.value)
     if isinstance(expr, ast.IfExp):

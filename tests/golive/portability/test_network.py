@@ -229,3 +229,56 @@ def test_an_azure_ml_job_and_a_compose_file_set_environments() -> None:
         ("compose.yaml", 5, "ib-setting"), ("job.yml", 5, "roce-missing"), ("job.yml", 8, "ib-setting"),
         ("job.yml", 9, "ib-setting"),
     ]  # fmt: skip
+
+
+def test_a_kustomization_generates_the_config_map_a_deployment_mounts() -> None:
+    kustomization = """\
+    apiVersion: kustomize.config.k8s.io/v1beta1
+    kind: Kustomization
+    namespace: train
+    resources: [deployment.yaml]
+    configMapGenerator:
+      - name: nccl
+        literals:
+          - NCCL_SOCKET_IFNAME=ib0
+          - NCCL_DEBUG=INFO
+    """
+    deployment = """\
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: serve}
+    spec:
+      template:
+        spec:
+          containers:
+            - name: s
+              envFrom: [{configMapRef: {name: nccl}}]
+    """
+    hits = judged(("kustomization.yaml", kustomization), ("deployment.yaml", deployment))
+    assert [(h.file, h.line, h.match) for h in hits] == [
+        ("kustomization.yaml", 8, "NCCL_SOCKET_IFNAME=ib0 (ConfigMap nccl)")
+    ]
+
+
+def test_helm_values_and_a_ray_runtime_env() -> None:
+    values = """\
+    replicaCount: 2
+    trainer:
+      env:
+        - name: NCCL_SOCKET_IFNAME
+          value: ib0
+    """
+    ray = """\
+    entrypoint: python train.py
+    runtime_env:
+      env_vars: {NCCL_IB_HCA: "mlx5_0,mlx5_1", NCCL_IB_GID_INDEX: "3"}
+    """
+    containers = [
+        c
+        for name, text in (("values.yaml", values), ("ray.yaml", ray))
+        for doc in network.manifest_documents(textwrap.dedent(text), name)
+        for c in network.environment_blocks(doc, name)
+    ]
+    assert sorted((h.file, h.line, h.rule.kind) for h in network.judge(containers, RULES, META)) == [
+        ("ray.yaml", 3, "ib-setting"), ("values.yaml", 4, "ib-setting")
+    ]  # fmt: skip

@@ -99,6 +99,13 @@ CASES = {
         """,
         [(3, "nccl-backend"), (4, "nccl-backend"), (5, "nccl-backend"), (6, "nccl-backend"), (7, "nccl-backend")],
     ),
+    "the NCCL backend by its enum": (
+        """
+        import torch.distributed as dist
+        dist.init_process_group(backend=dist.Backend.NCCL)
+        """,
+        [(2, "nccl-backend")],
+    ),
     "the backend a script's settings name (nanoGPT, Megatron options)": (
         """
         import torch.distributed as dist
@@ -155,8 +162,9 @@ CASES = {
         """
         from torch.utils import cpp_extension
         ops = cpp_extension.load(name="ops", sources=["ops.cpp", "ops_kernel.cu"])
+        fused = cpp_extension.load(name="fused", sources=[srcpath / "scaled_softmax.cpp", srcpath / "softmax.cu"])
         """,
-        [(2, "cuda-extension")],
+        [(2, "cuda-extension"), (3, "cuda-extension")],
     ),
 }
 
