@@ -165,7 +165,9 @@ def _count(outcome: tuple[str, str, str], record: ObjectRecord | None, tally: Da
         tally.problem(kind, key, detail)
 
 
-def _by_state(src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None, deep: bool) -> tuple[str, str, str] | None:
+def _by_state(
+    src: ObjectInfo, dst: ObjectInfo, record: ObjectRecord | None, deep: bool
+) -> tuple[str, str, str] | None:
     """The outcome the state's record gives an equal-sized pair without a request, or None if it takes
     requests: no record, or (deep) a verified pair that must be re-read."""
     if record is None or record.size != src.size:

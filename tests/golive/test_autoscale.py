@@ -48,10 +48,8 @@ def hpa(namespace: str, minimum: int = 2, maximum: int = 4) -> dict:
 def _ready(plane: ControlPlane, namespace: str, replicas: int) -> None:
     plane.wait(
         f"{replicas} replicas Ready",
-        lambda: (
-            (plane.get("apps/v1", "Deployment", "llama-serve", namespace).get("status") or {}).get("readyReplicas")
-            == replicas
-        ),
+        lambda: (plane.get("apps/v1", "Deployment", "llama-serve", namespace).get("status") or {}).get("readyReplicas")
+        == replicas,
     )
 
 
