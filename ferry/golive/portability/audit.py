@@ -85,15 +85,18 @@ def _kind(path: Path) -> str:
 
 def files_under(paths: list[Path]) -> list[Path]:
     """Each file a path names (one that does not exist too, to be reported), and every file under a folder (not
-    following links, hidden folders and SKIPPED left out), sorted, each once."""
+    following links, hidden folders and SKIPPED left out; one that cannot be listed kept, to be reported), sorted,
+    each once."""
     found: list[Path] = []
     for path in paths:
         if path.is_file() or not path.exists():
             found.append(path)
             continue
-        for folder, dirs, names in os.walk(path):
+        unlisted: list[Path] = []
+        for folder, dirs, names in os.walk(path, onerror=lambda exc, into=unlisted: into.append(Path(exc.filename))):
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED)
-            found += [Path(folder) / n for n in sorted(names)]
+            found.extend(Path(folder) / n for n in sorted(names))
+        found.extend(unlisted)
     return list(dict.fromkeys(found))
 
 
@@ -109,8 +112,10 @@ class _Reader:
         self.files = 0
 
     def read(self, path: Path, name: str) -> None:
-        if not path.exists():
-            self.hits.append(unreadable(name, 1, "no such file or folder"))
+        if not path.exists() or path.is_dir():
+            self.hits.append(
+                unreadable(name, 1, "cannot list this folder" if path.exists() else "no such file or folder")
+            )
             return
         kind = _kind(path)
         file_rule = next((r for r in self.rules if r.files and matches(path.name, r.files)), None)

@@ -366,7 +366,7 @@ def read_notebook(text: str, file: str, rules: tuple[Rule, ...]) -> PythonFindin
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
+        source = cell.get("source", cell.get("input", ""))  # nbformat 3 calls it input
         lines = ("".join(source) if isinstance(source, list) else str(source)).splitlines()
         code, shell = _cell_code(lines)
         for at, command in shell:

@@ -4,6 +4,7 @@ a blocker for MTIA), unreadable files listed, nothing written."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,23 @@ def test_the_report_per_workload_puts_blockers_first_and_counts_what_is_ok(tmp_p
     assert cu["workloads"] == {"llama-mtia": "blocker", "llama-h100": "ok"}
     docker = next(item for item in listed if item["file"] == "image/Dockerfile" and item["kind"] == "ib-setting")
     assert docker["workloads"] == {"llama-h100": "blocker"}
+
+
+def test_a_folder_that_cannot_be_listed_is_listed(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "train.py").write_text("model.cuda()\n")
+    scandir = os.scandir
+
+    def refusing(path):
+        if Path(path).name == "locked":  # as a folder of another user's with mode 0700 answers
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    result = audit([tmp_path], META, ["nvidia"], tmp_path)
+    assert [(f.file, f.kind, f.message) for f in result.findings] == [
+        ("locked", "unreadable", "cannot list this folder")
+    ]
 
 
 def test_what_cannot_be_read_is_listed(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ def test_a_requirements_file_with_a_cuda_index_and_local_versions() -> None:
         flash_attn==2.5.8
         -r common.txt
         accelerate
+        --extra-index-url https://download.pytorch.org/whl/cpu
+        torchaudio==2.3.1+cpu
         """
     )
     assert matched(packages.requirements(text, "requirements.txt", RULES)) == [
