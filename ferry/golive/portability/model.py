@@ -10,7 +10,11 @@ from ferry.golive.portability.rules import Rule
 
 # A file (or a notebook cell, a template) no parser could read: reported, never skipped.
 UNREADABLE = Rule(
-    kind="unreadable", files=["*"], severity="warn", why="{match}", fix="make it parse (render a template first)"
+    kind="unreadable",
+    files=["*"],
+    severity="warn",
+    why="{match}",
+    fix="make it readable to its parser (a template: render it first), or leave it out of what is audited",
 )
 # How much of a match a finding quotes.
 QUOTE = 80
