@@ -20,6 +20,11 @@ DEVICE_KEYWORDS = ("device", "device_type", "map_location", "pin_memory_device",
 # Where a collective backend goes: these calls' first argument, and these keywords.
 BACKEND_CALLS = ("torch.distributed.init_process_group", "deepspeed.init_distributed")
 BACKEND_KEYWORDS = ("backend", "dist_backend", "process_group_backend", "ddp_backend")
+# The calls that run a command given as their first argument (a string, or a list of words).
+COMMAND_CALLS = (
+    "subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output", "subprocess.Popen",
+    "os.system", "os.popen",
+)  # fmt: skip
 # setup() keywords whose strings are requirements.
 REQUIRES_KEYWORDS = ("install_requires", "setup_requires", "extras_require", "requires")
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -223,6 +228,10 @@ def _call(reading: _Reading, call: ast.Call) -> int:
         if key in REQUIRES_KEYWORDS:
             _requirements(reading, value)
     _environ_call(reading, call, name)
+    if call.args and name in COMMAND_CALLS:
+        words = literal_texts(call.args[0])
+        written = " ".join(words) if isinstance(call.args[0], ast.List | ast.Tuple) else (words or [""])[0]
+        reading.hit(reading.rule("commands", lambda c: matches(written, c)), call)
     return int(name == "torch.device" and bool(devices) and not any(found))
 
 

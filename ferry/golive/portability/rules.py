@@ -19,8 +19,8 @@ Severity = Literal["blocker", "warn", "ok"]
 SEVERITIES: tuple[Severity, ...] = ("blocker", "warn", "ok")
 # What a rule matches: exactly one of these per rule.
 MATCHERS = (
-    "names", "methods", "device", "backend", "keywords", "imports", "files", "indexes", "versions", "extras",
-    "packages", "channels", "variable", "resources", "check",
+    "names", "methods", "device", "backend", "keywords", "imports", "commands", "files", "indexes", "versions",
+    "extras", "packages", "channels", "variable", "resources", "check",
 )  # fmt: skip
 
 
@@ -42,8 +42,10 @@ class Rule(BaseModel):
     device: str | None = None
     backend: str | None = None
     keywords: dict[str, str] = Field(default_factory=dict)
-    # Python: modules imported (and their submodules).
+    # Python: modules imported (and their submodules); commands run (subprocess, os.system: globs over the
+    # command line as written).
     imports: list[str] = Field(default_factory=list)
+    commands: list[str] = Field(default_factory=list)
     # File names (globs).
     files: list[str] = Field(default_factory=list)
     # Packages: index and direct URLs, local versions and conda builds, extras, names (normalised), channels.

@@ -147,12 +147,15 @@ def test_dockerfile_env_by_stage_and_a_launcher_script() -> None:
         NCCL_IB_GID_INDEX=3
     FROM base AS train
     ENV NCCL_DEBUG INFO
+    ENV TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
     FROM python:3.11-slim AS tools
     """
     hits, containers = network.read_dockerfile(textwrap.dedent(dockerfile), "Dockerfile", RULES)
-    assert hits == [] and [len(c.settings) for c in containers] == [3, 4, 0]
+    assert hits == [] and [len(c.settings) for c in containers] == [3, 5, 0]
     judged_hits = network.judge(containers, RULES, META)
-    assert sorted({(h.line, h.rule.kind) for h in judged_hits}) == [(2, "ib-setting"), (3, "ib-setting")]
+    assert sorted({(h.line, h.rule.kind) for h in judged_hits}) == [
+        (2, "ib-setting"), (3, "ib-setting"), (7, "cuda-extension")
+    ]  # fmt: skip
     script = """\
     #!/bin/bash
     #SBATCH --nodes=4

@@ -158,6 +158,15 @@ CASES = {
         """,
         [(5, "cuda-extension"), (6, "cuda-package")],
     ),
+    "NVIDIA's tools run from Python": (
+        """
+        import os, subprocess
+        out = subprocess.check_output(["nvidia-smi", "--query-gpu=name", "--format=csv"])
+        os.system("nvcc --version")
+        subprocess.run(["ls", "-l"])
+        """,
+        [(2, "cuda-call"), (3, "cuda-call")],
+    ),
     "kernels compiled at run time": (
         """
         from torch.utils import cpp_extension
