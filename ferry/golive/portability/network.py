@@ -242,8 +242,8 @@ def read_dockerfile(text: str, file: str, rules: tuple[Rule, ...]) -> tuple[list
 
 
 def read_script(text: str, file: str, rules: tuple[Rule, ...]) -> tuple[list[Hit], Container | None]:
-    """A shell script (a launcher, an sbatch file): its exports as one container's settings, and what it
-    installs."""
+    """A shell script (a launcher, an sbatch file): its exports as one container's settings, what it installs
+    and the commands it runs."""
     settings, hits = [], []
     for number, line in packages.logical_lines(text):
         try:
@@ -254,8 +254,11 @@ def read_script(text: str, file: str, rules: tuple[Rule, ...]) -> tuple[list[Hit
         assignments = [_ASSIGNMENT.match(w) for w in words]
         if words and all(assignments):
             settings += [Setting(m.group(1), m.group(2), file, number) for m in assignments if m]
-        else:
-            hits += packages.command(line, file, number, rules)
+            continue
+        hits += packages.command(line, file, number, rules)
+        for command in (" ".join(w) for w in packages.segments(line) if w):
+            rule = next((r for r in rules if r.commands and matches(command, r.commands)), None)
+            hits += [Hit(file, number, rule, quote(command))] if rule else []
     return hits, Container(file, file, 1, settings) if settings else None
 
 

@@ -129,7 +129,7 @@ def pip_arguments(tokens: list[str], file: str, line: int, rules: tuple[Rule, ..
     return hits
 
 
-def _segments(command: str) -> Iterator[list[str]]:
+def segments(command: str) -> Iterator[list[str]]:
     """A shell command line as its simple commands (split at &&, ||, ;, |), each as words."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
@@ -176,7 +176,7 @@ _TOOLS = {
 def command(text: str, file: str, line: int, rules: tuple[Rule, ...], cell: int | None = None) -> list[Hit]:
     """The packages a shell command line installs (a Dockerfile's RUN, a notebook's !pip), judged."""
     hits: list[Hit] = []
-    for words in _segments(text):
+    for words in segments(text):
         found = _installer(words)
         if found is None:
             continue

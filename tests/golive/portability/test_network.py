@@ -163,10 +163,10 @@ def test_dockerfile_env_by_stage_and_a_launcher_script() -> None:
     export NCCL_IB_HCA="mlx5_0,mlx5_1"
     MASTER_PORT=29500
     pip install cupy-cuda12x
-    torchrun --nnodes=4 train.py
+    nvidia-smi topo -m && torchrun --nnodes=4 train.py
     """
     hits, container = network.read_script(textwrap.dedent(script), "launch.sh", RULES)
-    assert found(hits) == [(6, "cuda-package")] and container is not None
+    assert found(hits) == [(6, "cuda-package"), (7, "cuda-call")] and container is not None
     # A script adds no capability: only the settings RoCE v2 needs can be missing there.
     assert found(network.judge([container], RULES, META)) == [(1, "roce-missing"), (3, "ib-setting"), (4, "ib-setting")]
 
