@@ -170,15 +170,17 @@ ENV_KEYS = ("environment_variables", "environment", "env_vars", "env", "variable
 
 
 def _pairs(value: dict | list) -> list[tuple[str, Any, int]]:
-    """(name, value, line) of an environment written as a mapping, a list of NAME=value or of {name, value}."""
+    """(name, value, line) of an environment written as a mapping, a list of NAME=value or of {name, value} (a
+    list of anything else is no environment)."""
     if isinstance(value, dict):
         return [(str(k), v, yaml_line(value, k)) for k, v in value.items()]
-    return [
-        (str(item["name"]), item["value"], yaml_line(value, i))
-        if isinstance(item, dict) and "name" in item and "value" in item
-        else (*str(item).partition("=")[::2], yaml_line(value, i))
-        for i, item in enumerate(value)
-    ]
+    pairs = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict) and "name" in item and "value" in item:
+            pairs.append((str(item["name"]), item["value"], yaml_line(value, i)))
+        elif isinstance(item, str) and _ASSIGNMENT.match(item):
+            pairs.append((*item.split("=", 1), yaml_line(value, i)))
+    return pairs
 
 
 def environment_blocks(node: Any, file: str) -> list[Container]:

@@ -275,6 +275,7 @@ def test_helm_values_and_a_ray_runtime_env() -> None:
     entrypoint: python train.py
     runtime_env:
       env_vars: {NCCL_IB_HCA: "mlx5_0,mlx5_1", NCCL_IB_GID_INDEX: "3"}
+    variables: ["NCCL_IB_*", NCCL_NET]  # a list of names, as a rules file writes it: no environment
     """
     containers = [
         c
