@@ -1,4 +1,5 @@
-"""The go-live gate: interconnect latency, checkpoint throughput, scale-up time, CUDA against driver, placement.
+"""The go-live gate: interconnect latency, checkpoint throughput, scale-up time, CUDA against driver, placement,
+portability.
 
 Each check says SKIP with its reason when it could not measure, never PASS; `golive_checks` reads what the steps
 recorded in the run's audit folder and ends with a check that WARNs of any SKIP (FAIL under strict): a go-live
@@ -8,6 +9,7 @@ that measured nothing is not a PASS.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -16,6 +18,7 @@ from checks.iam import check_rbac_schema
 from ferry.golive.checkpoint import Measurement, significant
 from ferry.golive.cuda import check as cuda_verdict
 from ferry.golive.placement import Advice, Workload, advise
+from ferry.golive.portability.report import by_workload, counts, line
 from ferry.results import CheckResult, Status
 
 
@@ -137,6 +140,47 @@ def check_scale_up(
     return CheckResult(name, Status.PASS if seconds <= maximum_s else Status.FAIL, measured, threshold, evidence)
 
 
+# Findings a workload's evidence lists one by one; the rest are counted (all are in portability.json).
+PORTABILITY_LINES = 20
+
+
+def check_portability(record: dict, max_blockers: int) -> CheckResult:
+    """The portability audit's findings per workload (each on its accelerator): FAIL when a workload has more
+    blockers than max_blockers, WARN for blockers allowed, warnings or unreadable files, SKIP when nothing was
+    audited. Measured: blockers and warnings, and their counts by kind."""
+    name, threshold = "golive.portability", {"max_portability_blockers": max_blockers}
+    findings = record.get("findings")
+    if findings is None:
+        return CheckResult(
+            name, Status.SKIP, threshold=threshold, evidence=[record.get("reason") or "step did not run"]
+        )
+    evidence, statuses, flagged = [], [], []
+    for workload, pairs in by_workload(record):
+        counted = counts(pairs)
+        status = Status.FAIL if counted["blocker"] > max_blockers else Status.PASS
+        if status == Status.PASS and (counted["blocker"] or counted["warn"]):
+            status = Status.WARN
+        statuses.append(status)
+        evidence.append(
+            f"{workload['name']} on {workload['accelerator']}: {counted['blocker']} blocker(s) (at most "
+            f"{max_blockers}), {counted['warn']} warning(s), {counted['ok']} ok: {status.value}"
+        )
+        acted = [(s, f) for s, f in pairs if s != "ok"]
+        flagged += [f for _, f in acted]
+        evidence += [f"{workload['name']}: {line(s, f)}" for s, f in acted[:PORTABILITY_LINES]]
+        if len(acted) > PORTABILITY_LINES:
+            evidence.append(f"{workload['name']}: {len(acted) - PORTABILITY_LINES} more in portability.json")
+    unique = {(f["file"], f.get("cell"), f["line"], f["kind"], f["match"]): f for f in flagged}.values()
+    measured = {
+        "files": record["files"],
+        "blockers": sum(any(s == "blocker" for s in f["workloads"].values()) for f in unique),
+        "warnings": sum(all(s != "blocker" for s in f["workloads"].values()) for f in unique),
+        **Counter(f["kind"] for f in unique),
+    }
+    worst = Status.FAIL if Status.FAIL in statuses else Status.WARN if Status.WARN in statuses else Status.PASS
+    return CheckResult(name, worst, measured, threshold, evidence)
+
+
 def check_measured(results: list[CheckResult]) -> CheckResult:
     """WARN when any go-live check was SKIPped (the phase's strict turns it into FAIL): naming each and why."""
     skipped = [r for r in results if r.status == Status.SKIP]
@@ -202,6 +246,7 @@ def golive_checks(
             scaling.get("evidence") or [scaling.get("reason") or "step did not run"], scaling.get("problems", []),
         )
     )  # fmt: skip
+    results.append(check_portability(recorded(folder, "portability"), int(gate["max_portability_blockers"])))
     return [*results, check_measured(results)]
 
 

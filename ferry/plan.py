@@ -234,8 +234,40 @@ class BaseImageRule(_Strict):
     to: str = Field(min_length=1)
 
 
+class Accelerator(_Strict):
+    """One kind of accelerator a target offers: what code it runs, which the portability audit judges by."""
+
+    description: str = ""
+    # What runs on it as it is: "cuda" (CUDA kernels, calls and libraries), "nccl" (NCCL collectives). A finding
+    # whose rule needs one of these is ok here, a blocker (or the rule's severity) elsewhere.
+    runs: list[Literal["cuda", "nccl"]] = Field(default_factory=list)
+    # Its collective-communication library, named where a finding is about NCCL.
+    collectives: str = "NCCL"
+
+
+def _nvidia() -> dict[str, Accelerator]:
+    return {"nvidia": Accelerator(description="NVIDIA GPUs", runs=["cuda", "nccl"])}
+
+
+class Fabric(_Strict):
+    """The target's network for collectives: what its pods see, what RDMA on it needs, what it allows."""
+
+    name: str = Field(min_length=1)
+    # The pods' interfaces for socket traffic (NCCL's bootstrap, Gloo), as NCCL_SOCKET_IFNAME would name them.
+    interfaces: list[str] = Field(default_factory=list)
+    # Settings a container that configures RDMA needs on this fabric (RoCE v2: the GID index).
+    rdma_env: dict[str, str] = Field(default_factory=dict)
+    # Capabilities a container using RDMA needs (IPC_LOCK to register memory).
+    rdma_capabilities: list[str] = Field(default_factory=list)
+    # Whether pods may use the node's network namespace.
+    host_network: bool = True
+    # The capabilities a container may add (None: any).
+    capabilities: list[str] | None = None
+
+
 class TargetProfile(_Strict):
-    """What a target platform needs: base images, SDK, annotations, GPU resources, RBAC, storage classes."""
+    """What a target platform needs: base images, SDK, annotations, GPU resources, RBAC, storage classes, and
+    what its accelerators run and its fabric wants (the portability audit)."""
 
     name: str
     description: str = ""
@@ -249,6 +281,20 @@ class TargetProfile(_Strict):
     rbac_roles: list[str] = Field(default_factory=list)
     storage_classes: dict[str, str] = Field(default_factory=dict)
     object_storage: Literal["s3", "azure", "fsspec"] = "s3"
+    # By name, the first the default of a workload that names none.
+    accelerators: dict[str, Accelerator] = Field(default_factory=_nvidia, min_length=1)
+    fabric: Fabric | None = None
+    # More portability rules (the form of ferry/golive/portability/rules.yaml), after ferry's; relative to the
+    # profile's file.
+    portability_rules: FilePath | None = None
+
+    @field_validator("accelerators")
+    @classmethod
+    def _accelerator_names(cls, value: dict[str, Accelerator]) -> dict[str, Accelerator]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+                raise ValueError(f"accelerator name {name!r}: lower-case letters, digits and dashes (e.g. mtia)")
+        return value
 
 
 def builtin_targets() -> list[str]:
@@ -260,9 +306,14 @@ def load_target_profile(ref: str, relative_to: Path) -> TargetProfile:
     if "/" not in ref and not ref.endswith((".yaml", ".yml")):
         if ref not in builtin_targets():  # (a name, not a file looked for: it may be no file name at all)
             raise UsageError(f"target profile {ref!r} is not built in ({', '.join(builtin_targets())}) nor a path")
-        return load_yaml_model(TARGETS_DIR / f"{ref}.yaml", TargetProfile)
-    path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
-    return load_yaml_model(path, TargetProfile)
+        path = TARGETS_DIR / f"{ref}.yaml"
+    else:
+        path = Path(ref) if Path(ref).is_absolute() else relative_to / ref
+    profile = load_yaml_model(path, TargetProfile)
+    rules = profile.portability_rules
+    if rules is not None and not Path(rules).is_absolute():
+        profile = profile.model_copy(update={"portability_rules": str(path.parent / rules)})
+    return profile
 
 
 def secret_like(name: str) -> bool:
@@ -386,4 +437,9 @@ def load_plan(path: Path) -> LoadedPlan:
     )
     plan = load_yaml_model(path, model, transform=prepare)
     node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    for name in plan.enabled_phases():
+        try:
+            load_phase(name).check_target(plan, found["target"])
+        except FieldProblem as exc:
+            raise UsageError(field_line(path, node, exc.loc, str(exc))) from None
     return LoadedPlan(path, plan, found["target"], found["raw"], refs, node)

@@ -1,8 +1,10 @@
-"""`ferry golive` (cuda-check, placement) and `ferry probe` (serve, ping): the go-live checks that need no plan."""
+"""`ferry golive` (cuda-check, placement, portability) and `ferry probe` (serve, ping): the go-live checks that need
+no plan."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,7 +13,9 @@ from ferry.cli.console import err, out
 from ferry.errors import FerryError, UsageError
 from ferry.results import Status
 
-app = typer.Typer(no_args_is_help=True, help="Go-live checks that need no plan: CUDA against driver, placement.")
+app = typer.Typer(
+    no_args_is_help=True, help="Go-live checks that need no plan: CUDA against driver, placement, portability."
+)
 probe_app = typer.Typer(no_args_is_help=True, help="The interconnect probe: TCP/UDP ping-pong round trips.")
 
 
@@ -64,6 +68,47 @@ def golive_placement(
     workload = Workload("workload", count, nodes, overhead, hourly_cost_delta, job_hours, long_job_hours)
     for line in advise(workload).lines():
         out.print(line, markup=False, highlight=False)
+
+
+@app.command("portability")
+def golive_portability(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Files and folders: code, notebooks, requirements, Dockerfiles, manifests")
+    ],
+    profile: Annotated[
+        str, typer.Option(help="A built-in target profile, or the path of a YAML profile")
+    ] = "meta-compute",
+    accelerator: Annotated[
+        str | None, typer.Option(help="Judge for this accelerator of the profile only (default: each of them)")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="text, or json (a list of findings)")] = "text",
+) -> None:
+    """Will it run there? CUDA-only code and packages, InfiniBand-era network settings, against the profile's
+    accelerators and fabric; read-only. Exit 0: no blocker; 1: blockers; 2: bad input."""
+    from ferry.golive.portability import report
+    from ferry.golive.portability.audit import audit
+    from ferry.plan import load_target_profile
+
+    if output_format not in ("text", "json"):
+        raise UsageError(f"--format: {output_format!r} is not text or json")
+    target = load_target_profile(profile, Path.cwd())
+    if accelerator is not None and accelerator not in target.accelerators:
+        known = ", ".join(target.accelerators)
+        raise UsageError(f"--accelerator: profile {target.name} has no accelerator {accelerator!r} ({known})")
+    names = [accelerator] if accelerator else list(target.accelerators)
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or folder")
+    result = audit(paths, target, names, Path.cwd().resolve())
+    if output_format == "json":
+        out.print(json.dumps(report.as_json(result), indent=2), markup=False, highlight=False, soft_wrap=True)
+    else:
+        described = {name: a.description for name, a in target.accelerators.items()}
+        recorded = report.record(result, [report.Workload(name, name) for name in names])
+        for line in report.text(recorded, described):
+            out.print(line, markup=False, highlight=False)
+    if any(f.severity == "blocker" for f in result.findings):
+        raise typer.Exit(1)
 
 
 @probe_app.command("serve")

@@ -1,7 +1,8 @@
 """The go-live report: Markdown (for the run's artifact) and one self-contained HTML page (charts embedded).
 
 Every item shows PASS/WARN/FAIL/SKIP, the measured value against its threshold, and its evidence; the latency
-histogram and the checkpoint throughput chart are matplotlib PNGs inlined as base64, so the page is one file.
+histogram and the checkpoint throughput chart are matplotlib PNGs inlined as base64, so the page is one file; the
+portability audit per workload, blockers first.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import jinja2
 
 from ferry.audit import AuditFolder, gate_markdown
+from ferry.golive.portability.report import by_workload, counts
 from ferry.results import CheckResult, Status
 
 TEMPLATE = Path(__file__).with_name("report.html.j2")
@@ -85,6 +87,17 @@ def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str
     return _png(figure)
 
 
+def portability_rows(record: dict) -> list[dict[str, Any]]:
+    """Per workload of the portability audit's record: its accelerator, its counts by severity, and its blockers
+    and warnings, blockers first; none when nothing was audited."""
+    if record.get("findings") is None:
+        return []
+    return [
+        {**workload, **counts(pairs), "findings": [(s, f) for s, f in pairs if s != "ok"]}
+        for workload, pairs in by_workload(record)
+    ]
+
+
 def html(
     title: str,
     verdict: Status,
@@ -93,9 +106,10 @@ def html(
     latency: dict | None,
     checkpoint: dict | None,
     gate: dict[str, float],
+    portability: dict,
     generated: str,
 ) -> str:
-    """The whole page, self-contained: styles inline, charts as data: URIs."""
+    """The whole page, self-contained: styles inline, charts as data: URIs; portability: the audit's record."""
     charts = {}
     if latency:
         charts["latency"] = latency_chart(latency, gate["p99_us"])
@@ -112,6 +126,7 @@ def html(
         figures=_figures,
         charts=charts,
         rdma_note=RDMA_NOTE,
+        portability=portability_rows(portability),
         generated=generated,
     )
 

@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from ferry.config import Settings
 from ferry.golive import cuda, placement, probe
 from ferry.golive import jobs as probe_jobs
-from ferry.plan import DNS_LABEL, Size
+from ferry.plan import DNS_LABEL, FilePath, Size
 
 
 def _server(value: Any) -> Any:
@@ -93,6 +93,12 @@ class WorkloadSettings(Settings):
     virt_overhead: Annotated[float, BeforeValidator(placement.parse_overhead)]
     hourly_cost_delta: float = Field(allow_inf_nan=False)
     job_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # The target profile's accelerator it runs on (default: the profile's first): what the portability audit
+    # judges its findings for.
+    accelerator: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]*$")
+    # Its code, requirements, Dockerfiles and manifests, relative to the plan: audited, and what its findings are
+    # (none: every file the audit reads concerns it).
+    paths: list[FilePath] = Field(default_factory=list)
 
 
 class GoliveSettings(Settings):
@@ -112,3 +118,5 @@ class GoliveGate(Settings):
     checkpoint_write_gb_per_s: float = Field(default=2.0, gt=0)
     checkpoint_read_gb_per_s: float = Field(default=4.0, gt=0)
     scale_up_s: float = Field(default=300.0, gt=0)
+    # Portability blockers a workload may have (each workload on its accelerator) and the gate still pass.
+    max_portability_blockers: int = Field(default=0, ge=0)

@@ -26,7 +26,7 @@ from ferry.audit import AuditFolder
 from ferry.config import Settings
 from ferry.errors import PermanentError
 from ferry.phase_registry import load_phase
-from ferry.plan import LoadedPlan, Plan, load_plan
+from ferry.plan import LoadedPlan, Plan, TargetProfile, load_plan
 from ferry.profiles import Credentials
 from ferry.results import CheckResult
 
@@ -187,6 +187,12 @@ class Phase(abc.ABC):
     @classmethod
     def check_plan(cls, plan: Plan) -> None:
         """Rules across sections that the phase needs (raise ValueError with the fix); called at load time."""
+        return None
+
+    @classmethod
+    def check_target(cls, plan: Plan, target: TargetProfile) -> None:
+        """Rules between the phase's settings and the target profile (raise FieldProblem naming the field); called
+        at load time, after check_plan."""
         return None
 
     def files(self) -> dict[tuple, Path]:

@@ -23,20 +23,30 @@ from checks.golive import golive_checks, recorded
 from connectors.transfer import TransferSettings
 from ferry import kube
 from ferry.audit import AuditFolder
+from ferry.config import FieldProblem
 from ferry.errors import FerryError
 from ferry.golive import autoscale, checkpoint, placement, probe, report
 
 # The module, not the `jobs` setting of Latency.
 from ferry.golive import jobs as probe_jobs
 from ferry.golive.fingerprint import fingerprint
+from ferry.golive.portability import report as portability_report
+from ferry.golive.portability.audit import audit as portability_audit
+from ferry.golive.portability.rules import load_rules
 from ferry.golive.settings import GoliveGate, GoliveSettings, Latency
 from ferry.phases.base import Changes, Phase, Reporter, StepResult, Undo
+from ferry.plan import Plan, TargetProfile
 from ferry.results import CheckResult, gate_status
 
 log = structlog.get_logger("ferry.phases.golive")
 
 
-STEPS = ["fingerprint", "latency", "checkpoint", "autoscaling", "report"]
+STEPS = ["fingerprint", "latency", "checkpoint", "autoscaling", "portability", "report"]
+
+
+def _relative(path: Path, base: Path) -> str:
+    """path as the audit names files: relative to base when under it."""
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
 class GolivePhase(Phase):
@@ -53,6 +63,25 @@ class GolivePhase(Phase):
     def live_inputs(self) -> bool:
         """Storage, network and cluster are measured live on every run."""
         return True
+
+    @classmethod
+    def check_target(cls, plan: Plan, target: TargetProfile) -> None:
+        """Each workload's accelerator is one the target profile names; the profile's own portability rules read."""
+        load_rules(target)
+        for i, workload in enumerate(plan.phases.golive.workloads):
+            if workload.accelerator is not None and workload.accelerator not in target.accelerators:
+                raise FieldProblem(
+                    ("phases", "golive", "workloads", i, "accelerator"),
+                    f"target profile {target.name} has no accelerator {workload.accelerator!r} "
+                    f"({', '.join(target.accelerators)})",
+                )
+
+    def files(self) -> dict[tuple, Path]:
+        return {
+            ("phases", "golive", "workloads", i, "paths", j): self.loaded.resolve(path)
+            for i, w in enumerate(self.settings.workloads)
+            for j, path in enumerate(w.paths)
+        }
 
     def steps(self) -> list[str]:
         return list(STEPS)
@@ -84,6 +113,11 @@ class GolivePhase(Phase):
             parts.append(
                 f"scale {s.autoscaling.deployment} to {s.autoscaling.replicas} replicas (Ready within "
                 f"{gate.scale_up_s} s), then restore it"
+            )
+        if paths := self.audited_paths():
+            parts.append(
+                f"audit {len(paths)} path(s) for portability to {self.loaded.target.name} (at most "
+                f"{gate.max_portability_blockers} blocker(s) a workload)"
             )
         return "; ".join(parts) + "; then the go-live report (Markdown and HTML). A SKIP counts as WARN."
 
@@ -182,6 +216,44 @@ class GolivePhase(Phase):
             stop=reporter.stopping, journal=lambda name, data: audit.write_json(self.name, name, data),
         )  # fmt: skip
 
+    def audited_paths(self) -> list[Path]:
+        """What the portability audit reads: each image's Dockerfile and build context, the manifests phase's
+        sources, the workloads' paths."""
+        phases = self.loaded.plan.phases
+        images, manifests = getattr(phases, "images", None), getattr(phases, "manifests", None)
+        named = [p for d in (images.dockerfiles if images else []) for p in (d.path, d.context) if p]
+        named += [str(Path(d.path).parent) for d in (images.dockerfiles if images else []) if not d.context]
+        named += manifests.sources if manifests else []
+        named += [p for w in self.settings.workloads for p in w.paths]
+        return list(dict.fromkeys(self.loaded.resolve(p) for p in named))
+
+    def workloads(self) -> list[portability_report.Workload]:
+        """Whom the audit's findings concern: each workload on its accelerator; without workloads, the profile's
+        first accelerator."""
+        target, base = self.loaded.target, self.loaded.path.parent.resolve()
+        default = next(iter(target.accelerators))
+        return [
+            portability_report.Workload(
+                w.name, w.accelerator or default, tuple(_relative(self.loaded.resolve(p), base) for p in w.paths)
+            )
+            for w in self.settings.workloads
+        ] or [portability_report.Workload(default, default)]
+
+    def _portability(self, audit: AuditFolder, reporter: Reporter) -> dict:
+        paths = self.audited_paths()
+        if not paths:
+            reason = (
+                "nothing to audit: no phases.images.dockerfiles, phases.manifests.sources nor "
+                "phases.golive.workloads[].paths"
+            )
+            return {"findings": None, "reason": reason}
+        workloads = self.workloads()
+        target = self.loaded.target
+        accelerators = sorted({w.accelerator for w in workloads}, key=list(target.accelerators).index)
+        result = portability_audit(paths, target, accelerators, self.loaded.path.parent.resolve())
+        log.info("portability audited", files=result.files, findings=len(result.findings))
+        return {"paths": [str(p) for p in paths], **portability_report.record(result, workloads)}
+
     def _report(self, audit: AuditFolder, reporter: Reporter) -> None:
         results = self.gate(audit)
         verdict = gate_status(results, self.loaded.plan.strict)
@@ -192,6 +264,7 @@ class GolivePhase(Phase):
             latency=measured.get("result") or measured.get("jobs_result"),
             checkpoint=recorded(audit.root / self.name, "checkpoint").get("result"),
             gate=self.gate_settings.model_dump(),
+            portability=recorded(audit.root / self.name, "portability"),
             generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         )  # fmt: skip
         page_path, text = report.write(audit, title, verdict, results, page)
@@ -206,7 +279,10 @@ class GolivePhase(Phase):
         return golive_checks(
             audit.root / self.name,
             self.gate_settings.model_dump(),
-            [placement.Workload(**w.model_dump(), long_job_hours=s.long_job_hours) for w in s.workloads],
+            [
+                placement.Workload(**w.model_dump(exclude={"accelerator", "paths"}), long_job_hours=s.long_job_hours)
+                for w in s.workloads
+            ],
             server_check=latency is None or bool(latency.server),
             replicas=autoscaling.replicas if autoscaling else 0,
             kubernetes_version=self.loaded.plan.target.kubernetes_version,

@@ -8,13 +8,19 @@ from pathlib import Path
 
 import yaml
 
-from checks.golive import golive_checks, recorded
+from checks.golive import check_portability, golive_checks, recorded
 from ferry.golive import jobs, probe
 from ferry.golive.checkpoint import Measurement
 from ferry.golive.placement import Workload
 from ferry.results import Status
 
-GATE = {"p99_us": 50.0, "checkpoint_write_gb_per_s": 2.0, "checkpoint_read_gb_per_s": 4.0, "scale_up_s": 300.0}
+GATE = {
+    "p99_us": 50.0,
+    "checkpoint_write_gb_per_s": 2.0,
+    "checkpoint_read_gb_per_s": 4.0,
+    "scale_up_s": 300.0,
+    "max_portability_blockers": 0,
+}
 NAMES = [
     "golive.cuda_fingerprint",
     "golive.gpu",
@@ -23,6 +29,7 @@ NAMES = [
     "golive.checkpoint_write",
     "golive.checkpoint_read",
     "golive.scale_up",
+    "golive.portability",
     "golive.everything_measured",
 ]
 
@@ -67,6 +74,49 @@ def measured_run(folder: Path) -> None:
     record(folder, "checkpoint", {"result": ckpt.to_dict(), "reason": ""})
     evidence = ["scaled Deployment llama-serve 2 -> 8", "8 replica(s) Ready after 0.25 s", "restored: back to 2"]
     record(folder, "autoscaling", {"seconds": 0.25, "evidence": evidence, "problems": []})
+    record(folder, "portability", PORTABILITY)
+
+
+def finding(file: str, line: int, kind: str, workloads: dict[str, str]) -> dict:
+    message = f"{kind} at {file}:{line}"
+    severity = max(workloads.values(), key=len)
+    return {"file": file, "line": line, "kind": kind, "severity": severity, "match": "m", "message": message,
+            "fix": "change it", "severities": {}, "workloads": workloads}  # fmt: skip
+
+
+# Two workloads, one on MTIA (its code is a blocker there), one on NVIDIA (the same code is ok), a network setting
+# that concerns both.
+PORTABILITY = {
+    "files": 5,
+    "agnostic": 1,
+    "workloads": [{"name": "llama-mtia", "accelerator": "mtia"}, {"name": "llama-h100", "accelerator": "nvidia"}],
+    "findings": [
+        finding("train.py", 9, "cuda-call", {"llama-mtia": "blocker", "llama-h100": "ok"}),
+        finding("k8s/job.yaml", 5, "ib-setting", {"llama-mtia": "warn", "llama-h100": "warn"}),
+        finding("train.py", 7, "nccl-backend", {"llama-mtia": "blocker", "llama-h100": "ok"}),
+    ],
+}
+
+
+def test_portability_per_workload_against_its_bar(tmp_path) -> None:
+    strict = check_portability(PORTABILITY, 0)
+    assert strict.status == Status.FAIL
+    assert strict.measured == {"files": 5, "blockers": 2, "warnings": 1, "cuda-call": 1, "ib-setting": 1,
+                               "nccl-backend": 1}  # fmt: skip
+    assert strict.evidence == [
+        "llama-mtia on mtia: 2 blocker(s) (at most 0), 1 warning(s), 0 ok: FAIL",
+        "llama-mtia: BLOCKER train.py:9 cuda-call: cuda-call at train.py:9 -> change it",
+        "llama-mtia: BLOCKER train.py:7 nccl-backend: nccl-backend at train.py:7 -> change it",
+        "llama-mtia: WARN k8s/job.yaml:5 ib-setting: ib-setting at k8s/job.yaml:5 -> change it",
+        "llama-h100 on nvidia: 0 blocker(s) (at most 0), 1 warning(s), 2 ok: WARN",
+        "llama-h100: WARN k8s/job.yaml:5 ib-setting: ib-setting at k8s/job.yaml:5 -> change it",
+    ]
+    assert check_portability(PORTABILITY, 2).status == Status.WARN
+    clean = {**PORTABILITY, "findings": [f for f in PORTABILITY["findings"] if f["kind"] == "cuda-call"],
+             "workloads": PORTABILITY["workloads"][1:]}  # fmt: skip
+    assert check_portability(clean, 0).status == Status.PASS
+    skipped = check_portability({"findings": None, "reason": "nothing to audit: ..."}, 0)
+    assert skipped.status == Status.SKIP and skipped.evidence == ["nothing to audit: ..."]
 
 
 def test_recorded_steps_become_their_checks(tmp_path) -> None:
@@ -92,6 +142,7 @@ def test_recorded_steps_become_their_checks(tmp_path) -> None:
     assert found["golive.gpu"].evidence == ["no torch where ferry runs"]
     scale = found["golive.scale_up"]
     assert scale.status == Status.PASS and scale.measured == {"scale_up_s": 0.25, "replicas": 8}
+    assert found["golive.portability"].status == Status.FAIL
     summary = found["golive.everything_measured"]
     assert summary.status == Status.WARN and summary.measured["skipped"] == 2
     assert [line.split(":")[0] for line in summary.evidence] == ["golive.gpu", "golive.interconnect_p99_jobs"]

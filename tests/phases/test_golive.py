@@ -27,6 +27,7 @@ from ferry.phases.base import Reporter, open_phase
 from ferry.plan import load_plan
 from ferry.results import Status, gate_status
 from tests.controlplane.cluster import ControlPlane
+from tests.golive.portability.support import training_repo
 from tests.golive.test_autoscale import deployment
 from tests.golive.test_jobs import ProbeKubelet
 from tests.golive.test_probe import start_server
@@ -90,6 +91,7 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
         ),
     )
     thread, port = start_server("tcp")
+    training_repo(tmp_path)
     workload = {"name": "llama-405b-pretrain", "params": "405e9", "nodes": 32, "virt_overhead": 0.14}
     path = plan_file(
         tmp_path,
@@ -97,12 +99,13 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
             "latency": {"server": f"127.0.0.1:{port}", "samples": 400, "warmup": 20, "jobs": True},
             "checkpoint": {"size": "4M", "shards": 4, "prefix": "golive/ckpt/", "threads": 4},
             "nodes": {"driver": "535.104.05"},
-            "workloads": [{**workload, "hourly_cost_delta": 6.5}],
+            "workloads": [{**workload, "hourly_cost_delta": 6.5, "accelerator": "mtia", "paths": ["train", "k8s"]}],
         },
         # Thresholds no round trip and no copy that completes can miss (a TCP round trip times out after 1 s):
-        # this test is about the report, not about how fast this machine is.
-        gates={"p99_us": 1_000_000, "checkpoint_write_gb_per_s": 1e-9, "checkpoint_read_gb_per_s": 1e-9},
-    )
+        # this test is about the report, not about how fast this machine is; blockers allowed, so that they warn.
+        gates={"p99_us": 1_000_000, "checkpoint_write_gb_per_s": 1e-9, "checkpoint_read_gb_per_s": 1e-9,
+               "max_portability_blockers": 10},
+    )  # fmt: skip
     results, reporter, phase = run_all(path, tmp_path / "runs" / "r1")
     thread.join(5)
     found = by_name(results)
@@ -117,6 +120,9 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
     assert cuda.status == Status.WARN and cuda.measured["judged"] == 2
     assert found["golive.gpu"].status == Status.SKIP and found["golive.gpu"].evidence
     assert found["golive.scale_up"].status == Status.SKIP
+    portability = found["golive.portability"]
+    assert portability.status == Status.WARN and portability.measured["blockers"] == 6
+    assert portability.evidence[0] == "llama-405b-pretrain on mtia: 6 blocker(s) (at most 10), 2 warning(s), 0 ok: WARN"
     measured = found["golive.everything_measured"]
     jobs = found["golive.interconnect_p99_jobs"]
     assert jobs.status == Status.SKIP and jobs.evidence[0].startswith("no cluster (target.cluster)")
@@ -130,6 +136,8 @@ def test_a_measured_run_and_its_report(tmp_path) -> None:
     assert page.exists() and "data:image/png;base64," in page.read_text()
     if CHROMIUM:
         _looks_right_in_chromium(page)
+    else:
+        assert "train/train.py</code> nccl-backend" in page.read_text()
 
 
 def _looks_right_in_chromium(page: Path) -> None:
@@ -146,6 +154,11 @@ def _looks_right_in_chromium(page: Path) -> None:
         assert ["golive.interconnect_p99", "PASS"] in rows and ["golive.gpu", "SKIP"] in rows
         assert browser.evaluate("document.getElementById('verdict').innerText") == "WARN"
         assert "not RDMA verbs" in browser.evaluate("document.body.innerText")
+        # The portability table: the workload, its counts, its blockers first with the change to make.
+        row = browser.evaluate("[...document.querySelectorAll('#portability tr')][1].innerText")
+        assert row.startswith("llama-405b-pretrain\tmtia\t6\t2\t0"), row
+        first = browser.evaluate("document.querySelector('#portability li').innerText")
+        assert first.startswith("blocker train/csrc/fused.cu:1 cuda-extension"), first
         # Both charts are decoded images with real sizes, not broken links.
         for chart in ("latency-chart", "throughput-chart"):
             width = browser.evaluate(f"document.getElementById('{chart}').naturalWidth")
@@ -425,6 +438,8 @@ def test_the_driver_comes_from_the_node_labels_when_the_plan_gives_none(tmp_path
         ({"params": 405}, "params: 405 is 405 parameters"),
         ({"hourly_cost_delta": float("nan")}, "hourly_cost_delta"),
         ({"nodes": 0}, "nodes"),
+        ({"accelerator": "amd"}, "accelerator: target profile meta-compute has no accelerator 'amd' (nvidia, mtia)"),
+        ({"accelerator": "MTIA"}, "accelerator: String should match pattern"),
     ],
 )
 def test_workloads_written_by_others_are_refused_with_the_field(tmp_path, workload: dict, needle: str) -> None:
@@ -476,3 +491,54 @@ def test_latency_to_an_ipv6_server(tmp_path) -> None:
     p99 = by_name(phase.gate(audit))["golive.interconnect_p99"]
     assert p99.status in (Status.PASS, Status.FAIL) and p99.measured["samples"] == 100
     assert f"to [::1]:{bound[0]}" in p99.evidence[0]
+
+
+def test_portability_audits_what_the_plan_moves_for_each_workload(tmp_path) -> None:
+    """The images' Dockerfiles and build contexts, the manifests' sources and the workloads' own paths; each
+    workload judged on its accelerator, the MTIA one over the default bar of no blocker."""
+    training_repo(tmp_path)
+    path = plan_file(
+        tmp_path,
+        {
+            "gpu_probe": False,
+            "workloads": [
+                {"name": "llama-mtia", "params": "70B", "nodes": 4, "virt_overhead": 0.05, "hourly_cost_delta": 1,
+                 "accelerator": "mtia", "paths": ["train"]},
+                {"name": "llama-h100", "params": "70B", "nodes": 4, "virt_overhead": 0.05, "hourly_cost_delta": 1},
+            ],
+        },
+    )  # fmt: skip
+    plan = yaml.safe_load(path.read_text())
+    plan["target"]["registry"] = "registry.meta.example/ml"
+    plan["phases"]["images"] = {"dockerfiles": [{"path": "image/Dockerfile", "image": "trainer:1"}]}
+    plan["phases"]["manifests"] = {"sources": ["k8s/job.yaml"]}
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    phase = open_phase(load_plan(path), "golive")
+    assert phase.audited_paths() == [tmp_path / p for p in ("image/Dockerfile", "image", "k8s/job.yaml", "train")]
+    assert phase.files() == {("phases", "golive", "workloads", 0, "paths", 0): tmp_path / "train"}
+    assert "audit 4 path(s) for portability to meta-compute (at most 0 blocker(s) a workload)" in phase.summary()
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    phase.run("portability", audit, Reporter())
+    check = by_name(phase.gate(audit))["golive.portability"]
+    assert check.status == Status.FAIL
+    assert [line for line in check.evidence if line.startswith(("llama-mtia on", "llama-h100 on"))] == [
+        "llama-mtia on mtia: 6 blocker(s) (at most 0), 0 warning(s), 0 ok: FAIL",
+        "llama-h100 on nvidia: 1 blocker(s) (at most 0), 1 warning(s), 7 ok: FAIL",
+    ]
+    recorded = json.loads((audit.root / "golive" / "portability.json").read_text())
+    (ib0,) = [f for f in recorded["findings"] if f["kind"] == "ib-setting" and f["file"] == "image/Dockerfile"]
+    assert ib0["workloads"] == {"llama-h100": "blocker"}
+
+
+def test_portability_without_workloads_judges_the_profiles_first_accelerator(tmp_path) -> None:
+    training_repo(tmp_path)
+    path = plan_file(tmp_path, {"gpu_probe": False})
+    plan = yaml.safe_load(path.read_text())
+    plan["phases"]["manifests"] = {"sources": ["k8s/job.yaml"]}
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    phase = open_phase(load_plan(path), "golive")
+    audit = AuditFolder(tmp_path / "runs" / "r1")
+    phase.run("portability", audit, Reporter())
+    check = by_name(phase.gate(audit))["golive.portability"]
+    assert check.status == Status.WARN
+    assert check.evidence[0] == "nvidia on nvidia: 0 blocker(s) (at most 0), 1 warning(s), 0 ok: WARN"
