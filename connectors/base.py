@@ -15,6 +15,9 @@ from ferry.profiles import Profile
 
 GiB = 1 << 30
 MiB = 1 << 20
+# The classes price lists bill a store's requests in (a HEAD is billed as a GET, a DELETE is free; multipart calls
+# are those that begin, complete, abort or list an upload): what a connector that counts its requests counts them in.
+REQUEST_CLASSES = ("LIST", "HEAD", "GET", "PUT", "COPY", "MULTIPART", "DELETE", "OTHER")
 # Seconds a network store's request waits for the next bytes before it fails as transient (a profile's
 # read_timeout_s changes it).
 READ_TIMEOUT_S = 120.0
@@ -108,6 +111,9 @@ class Connector(abc.ABC):
 
     kind: str = ""
     capabilities: Capabilities = Capabilities()
+    # The requests one call of the contract sends, by class (REQUEST_CLASSES), as a run without faults makes it;
+    # empty for a connector that does not count its requests (requests_sent None).
+    call_requests: Mapping[str, Mapping[str, int]] = {}
 
     def __init__(self, url: str):
         # The name used in every message, report and state key: never with a password in it.
@@ -171,6 +177,14 @@ class Connector(abc.ABC):
         """Yield (key, upload_id) of multipart uploads begun under the root and never finished."""
 
     # -- optional, per capabilities ---------------------------------------------------------
+    def requests_sent(self) -> dict[str, int] | None:
+        """The requests sent so far, by class (REQUEST_CLASSES), retries included; None where they are not counted."""
+        return None
+
+    def copy_checks_source(self, info: ObjectInfo) -> bool:
+        """Whether copy_from(source, info, ...) stats the source to check the copy (one more request there)."""
+        return False
+
     def network_host(self) -> str | None:
         """The host name this connector's requests go to; None when it reaches no network."""
         return None

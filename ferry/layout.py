@@ -61,6 +61,10 @@ class StateLayout:
         """The digest map plan's images phase publishes (`ferry/digest_map.py`)."""
         return self.root / "images" / plan / "digests.json"
 
+    def estimate(self, plan: str) -> Path:
+        """The last quote `ferry plan estimate` made of plan (`ferry plan show` prints it, with its age)."""
+        return self.root / "estimates" / f"{plan}.json"
+
     @property
     def buildah(self) -> Path:
         """buildah's own storage (vfs), kept between runs as its layer cache."""

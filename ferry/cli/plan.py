@@ -1,12 +1,15 @@
-"""`ferry plan validate` and `ferry plan show`: a plan checked, and explained before it runs."""
+"""`ferry plan validate`, `ferry plan show` and `ferry plan estimate`: a plan checked, explained and quoted before it
+runs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.filesize import decimal
 from rich.table import Table
 
 from ferry.cli.console import out
@@ -15,7 +18,9 @@ from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
+from ferry.quote.estimate import REQUESTS_NOTE, csv_text, save
 from ferry.results import Status
+from ferry.units import format_size
 
 app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 
@@ -101,3 +106,69 @@ def plan_show(
         out.print(table)
         if any(result.status == Status.FAIL for result in results):
             raise typer.Exit(1)
+
+
+def _check_format(value: str) -> str:
+    """--format's value, or typer's usage error (exit 2) naming the option."""
+    if value not in ("table", "json", "csv"):
+        raise typer.BadParameter(f"{value!r} is not one of table, json, csv")
+    return value
+
+
+@app.command("estimate")
+def plan_estimate(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    output_format: Annotated[
+        str, typer.Option("--format", callback=_check_format, help="table (the terminal), json or csv")
+    ] = "table",
+) -> None:
+    """What data_sync would copy, copy again and delete, and the requests it would send: from the run's own listing
+    and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
+    loaded = load_plan(path)
+    plan = loaded.plan
+    if "data_sync" not in plan.enabled_phases():
+        raise UsageError(f"{path}: phases.data_sync: the plan moves no data, so there is nothing to estimate")
+    estimate, _ = open_phase(loaded, "data_sync").estimate()
+    figures = {"plan": plan.name, **estimate.figures()}
+    save(loaded.layout.estimate(plan.name), figures)
+    if output_format == "json":
+        out.print_json(json.dumps(figures))
+    elif output_format == "csv":
+        out.print(csv_text(figures), end="", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _print_estimate(figures)
+
+
+def _print_estimate(figures: dict[str, Any]) -> None:
+    """The estimate as the terminal shows it: the data, its sizes, the requests by class."""
+    out.rule(f"estimate of {figures['plan']} ({figures['estimated_at']}, {figures['shards']} shard(s))")
+    data = Table("", "objects", "bytes", title="data")
+    for what, objects, size in (
+        ("listed in the source", "objects_listed", "bytes_listed"),
+        ("to copy", "objects_to_copy", "bytes_to_copy"),
+        ("of which copied again (changed)", "objects_to_recopy", "bytes_to_recopy"),
+        ("to delete from the target", "objects_to_delete", "bytes_to_delete"),
+    ):
+        data.add_row(what, f"{figures[objects]:,}", _bytes(figures[size]))
+    data.add_row("in parts (multipart)", f"{figures['multipart_objects']:,}", f"{figures['multipart_parts']:,} parts")
+    out.print(data)
+    sizes = Table("size", "objects", "bytes", title="copies by size")
+    low = "0"
+    for row in figures["size_histogram"]:
+        span = f"over {low}" if row["up_to"] is None else f"{low} to {format_size(row['up_to'])}"
+        sizes.add_row(span, f"{row['objects']:,}", _bytes(row["bytes"]))
+        low = format_size(row["up_to"]) if row["up_to"] else low
+    out.print(sizes)
+    requests = Table("requests", "source", "target", title="requests by class")
+    ends = [figures["requests"][side] for side in ("source", "target")]
+    kinds = sorted({kind for end in ends if end for kind in end})
+    for kind in kinds:
+        requests.add_row(kind, *("not counted" if end is None else f"{end.get(kind, 0):,}" for end in ends))
+    if not kinds:
+        requests.add_row("(none)", *("not counted" if end is None else "0" for end in ends))
+    out.print(requests)
+    out.print(f"Requests: {REQUESTS_NOTE}.", markup=False, highlight=False)
+
+
+def _bytes(size: int) -> str:
+    return f"{size:,} ({decimal(size)})"

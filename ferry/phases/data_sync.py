@@ -36,6 +36,7 @@ from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, StepResult, StepSpec, Undo
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
+from ferry.quote.estimate import DataEstimate
 from ferry.results import CheckResult
 from ferry.sync import delete_created, run_sync
 
@@ -397,9 +398,10 @@ class DataSyncPhase(Phase):
             f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, transfer state'})"
         )
 
-    def changes(self) -> Changes:
-        """A dry run of every shard: what would be copied and deleted."""
-        totals = {"objects_to_copy": 0, "bytes_to_copy": 0, "objects_to_delete": 0}
+    def estimate(self) -> tuple[DataEstimate, dict[str, int]]:
+        """A dry run of every shard (the run's own listing, diff and route decisions): what a run would copy, copy
+        again and delete, and the requests it would send; with the objects it would adopt, by proof."""
+        estimate = DataEstimate()
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
         for shard in self.steps():
@@ -410,11 +412,21 @@ class DataSyncPhase(Phase):
                 profiles=self.loaded.plan.profiles,
                 state_dir=self.loaded.layout.state,
             )
-            totals["objects_to_copy"] += result.stats.to_copy
-            totals["bytes_to_copy"] += result.stats.bytes_to_copy
-            totals["objects_to_delete"] += result.stats.deleted
-            for proof, n in result.stats.adopted_by.items():
+            stats = result.stats
+            estimate.add(result.forecast, result.requests, stats.requests, stats.objects_listed, stats.bytes_listed)
+            for proof, n in stats.adopted_by.items():
                 proofs[proof] += n
+        return estimate, proofs
+
+    def changes(self) -> Changes:
+        """A dry run of every shard: what would be copied and deleted."""
+        estimate, proofs = self.estimate()
+        forecast = estimate.forecast
+        totals = {
+            "objects_to_copy": forecast.copies,
+            "bytes_to_copy": forecast.bytes,
+            "objects_to_delete": forecast.deletes,
+        }
         adopted = ""
         if any(proofs.values()):
             by = ", ".join(f"{proof} {n}" for proof, n in proofs.items() if n)

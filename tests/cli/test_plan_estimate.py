@@ -1,0 +1,99 @@
+"""`ferry plan estimate`: the figures of the run's own diff, read-only, and what the run then does, on moto."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from tests.connectors.test_s3 import new_bucket
+from tests.support import run_cli, run_ferry
+
+
+def _plan(root: Path, moto_env) -> tuple[Path, str, str]:
+    """A plan from one moto bucket to another through ferry (the target by another name of the server), in two
+    shards; the target holds a stale copy of one object and one object the source lacks."""
+    source, target = new_bucket(moto_env.endpoint), new_bucket(moto_env.endpoint)
+    s3 = moto_env.client("s3")
+    for n in range(5):
+        s3.put_object(Bucket=source, Key=f"p/a/small-{n}", Body=os.urandom(1000 + n))
+    s3.put_object(Bucket=source, Key="p/b/large", Body=os.urandom(1100 * 1024))  # 5 parts of 256 KiB
+    s3.put_object(Bucket=source, Key="p/b/changed", Body=b"the new version")
+    s3.put_object(Bucket=target, Key="p/b/changed", Body=b"old")
+    s3.put_object(Bucket=target, Key="p/a/stray", Body=b"only in the target")
+    other = moto_env.endpoint.replace("127.0.0.1", "localhost")
+    plan = root / "migration.yaml"
+    plan.write_text(
+        f"name: quoted\nsource: {{storage: 's3://{source}/p'}}\ntarget: {{storage: 'other://{target}/p'}}\n"
+        f"profiles: {{other: {{type: s3, endpoint_url: '{other}', min_part_size: 262144}}}}\n"
+        "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 512K, delete: true, "
+        "shards: [a/, b/]}\nretries: {attempts: 0, delay_s: 0}\n"
+    )
+    return plan, source, target
+
+
+def _target(moto_env, bucket: str) -> dict[str, str]:
+    listed = moto_env.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])
+    return {item["Key"]: item["ETag"] for item in listed}
+
+
+def test_the_estimate_is_what_the_run_then_does(prefect_api, moto_env, tmp_path) -> None:
+    plan, _, target = _plan(tmp_path, moto_env)
+    before = _target(moto_env, target)
+
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json")
+    assert code == 0, err
+    estimate = json.loads(out)
+    assert _target(moto_env, target) == before, "an estimate writes nothing to the target"
+    assert (estimate["objects_to_copy"], estimate["objects_to_recopy"], estimate["objects_to_delete"]) == (7, 1, 1)
+    assert (estimate["multipart_objects"], estimate["multipart_parts"]) == (1, 5)
+    assert sum(row["objects"] for row in estimate["size_histogram"]) == 7
+
+    code, _, err = run_ferry("run", str(plan), api=prefect_api)
+    assert code == 0, err
+    reports = [json.loads(p.read_text()) for p in (tmp_path / ".ferry" / "runs").glob("*/data_sync/sync-*.json")]
+    assert len(reports) == 2
+    copied = sum(r["summary"]["objects"]["copied"] for r in reports)
+    copied_bytes = sum(r["summary"]["bytes"]["copied"] for r in reports)
+    deleted = sum(r["summary"]["objects"]["deleted"] for r in reports)
+    assert (estimate["objects_to_copy"], estimate["bytes_to_copy"], estimate["objects_to_delete"]) == (
+        copied,
+        copied_bytes,
+        deleted,
+    )
+    assert estimate["bytes_to_copy"] == 5 * 1000 + 10 + 1100 * 1024 + len(b"the new version")
+    # The engine's own counters of the run, class by class, against the estimate of them.
+    for side in ("source", "target"):
+        sent: dict[str, int] = {}
+        for report in reports:
+            for kind, n in report["summary"]["requests"][side].items():
+                sent[kind] = sent.get(kind, 0) + n
+        assert estimate["requests"][side] == sent, side
+    assert estimate["requests"]["target"]["DELETE"] == 1
+
+
+def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path) -> None:
+    plan, _, _ = _plan(tmp_path, moto_env)
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "csv")
+    assert code == 0, err
+    rows = {row["figure"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert rows["objects_to_copy"]["value"] == "7"
+    assert rows["bytes_to_copy"]["unit"] == "bytes"
+    assert rows["size_histogram.5.up_to"]["value"] == "no limit"
+    assert int(rows["requests.target.PUT"]["value"]) == 6 + 5
+    # The estimate keeps its figures for `plan show`.
+    assert json.loads((tmp_path / ".ferry" / "estimates" / "quoted.json").read_text())["objects_to_copy"] == 7
+
+
+def test_a_plan_without_data_sync_is_one_line(tmp_path) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(
+        "name: nodata\nsource: {storage: ./src}\ntarget: {storage: ./dst}\nphases: {manifests: {sources: [m]}}\n"
+    )
+    code, _, err = run_cli("plan", "estimate", str(plan))
+    assert (
+        code == 2
+        and err == f"ferry: error: {plan}: phases.data_sync: the plan moves no data, so there is nothing to estimate\n"
+    )
