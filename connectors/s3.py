@@ -401,6 +401,9 @@ class S3Connector(Connector):
         with self._sent_lock:
             return dict(self._sent)
 
+    def region(self) -> str | None:
+        return self.client.meta.region_name
+
     def copy_checks_source(self, info: ObjectInfo) -> bool:
         # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise
         # the source's checksum, from one HEAD when the listing did not give it.
@@ -448,7 +451,8 @@ class S3Connector(Connector):
                 for item in page.get("Contents", ()):
                     key = item["Key"][len(base) :]
                     if key:
-                        yield ObjectInfo(key=key, size=item["Size"], signature=item["ETag"].strip('"'))
+                        etag, storage_class = item["ETag"].strip('"'), item.get("StorageClass")
+                        yield ObjectInfo(key=key, size=item["Size"], signature=etag, storage_class=storage_class)
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, self._what(prefix)) from None
 
@@ -477,7 +481,8 @@ class S3Connector(Connector):
                 key = decode(item.findtext(f"{ns}Key") or "")[len(base) :]
                 if key:
                     size, etag = int(item.findtext(f"{ns}Size") or 0), item.findtext(f"{ns}ETag") or ""
-                    yield ObjectInfo(key=key, size=size, signature=etag.strip('"'))
+                    storage_class = item.findtext(f"{ns}StorageClass")
+                    yield ObjectInfo(key=key, size=size, signature=etag.strip('"'), storage_class=storage_class)
             token = page.findtext(f"{ns}NextContinuationToken")
             if page.findtext(f"{ns}IsTruncated") != "true" or not token:
                 return

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.base import REQUEST_CLASSES, Connector, ObjectInfo
+from connectors.base import ARCHIVE_CLASSES, REQUEST_CLASSES, Connector, ObjectInfo
 from connectors.transfer.route import Route
 from connectors.transfer.settings import part_size_for
 
@@ -52,6 +52,10 @@ class Forecast:
     # Large objects whose part size the source decides when the copy begins (a multipart ETag, streamed): their
     # parts are counted at the plan's part size, and the HEADs that learn the source's as one (S3 may need three).
     source_part_sizes: int = 0
+    # Copies in an archive class (ARCHIVE_CLASSES), by class: [objects, bytes]; a run cannot read them before a
+    # restore. And copies in Intelligent-Tiering, whose archive tiers a listing does not tell.
+    archived: dict[str, list[int]] = field(default_factory=dict)
+    tiering: int = 0
     calls: dict[str, Counter[str]] = field(default_factory=lambda: {"source": Counter(), "target": Counter()})
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -92,10 +96,11 @@ class Forecast:
             if dst is not None:
                 self.recopies += 1
                 self.recopy_bytes += size
-            bucket = self.sizes.setdefault(bucket_of(size), [0, 0])
-            bucket[0] += 1
-            bucket[1] += size
+            _tally(self.sizes, bucket_of(size), 1, size)
             self.by_route[mode] += size
+            if src.storage_class in ARCHIVE_CLASSES:
+                _tally(self.archived, src.storage_class, 1, size)
+            self.tiering += int(src.storage_class == "INTELLIGENT_TIERING")
             if parts:
                 self.multipart_objects += 1
                 self.parts += parts
@@ -114,12 +119,12 @@ class Forecast:
         """Fold another shard's forecast into this one."""
         with self.lock:
             for name in ("copies", "bytes", "recopies", "recopy_bytes", "deletes", "delete_bytes", "multipart_objects",
-                         "parts", "source_part_sizes"):  # fmt: skip
+                         "parts", "source_part_sizes", "tiering"):  # fmt: skip
                 setattr(self, name, getattr(self, name) + getattr(other, name))
             for bucket, (objects, size) in other.sizes.items():
-                mine = self.sizes.setdefault(bucket, [0, 0])
-                mine[0] += objects
-                mine[1] += size
+                _tally(self.sizes, bucket, objects, size)
+            for kind, (objects, size) in other.archived.items():
+                _tally(self.archived, kind, objects, size)
             for mode, size in other.by_route.items():
                 self.by_route[mode] += size
             for side, calls in other.calls.items():
@@ -149,4 +154,13 @@ class Forecast:
             "multipart_parts": self.parts,
             "bytes_by_route": dict(self.by_route),
             "source_part_sizes": self.source_part_sizes,
+            "archived": {kind: {"objects": n, "bytes": size} for kind, (n, size) in sorted(self.archived.items())},
+            "intelligent_tiering_objects": self.tiering,
         }
+
+
+def _tally(table: dict[Any, list[int]], key: Any, objects: int, size: int) -> None:
+    """Add objects and their bytes to table's [objects, bytes] under key."""
+    counts = table.setdefault(key, [0, 0])
+    counts[0] += objects
+    counts[1] += size

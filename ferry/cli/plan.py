@@ -18,7 +18,9 @@ from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
+from ferry.quote.cost import SIDES, ends, priced
 from ferry.quote.estimate import REQUESTS_NOTE, csv_text, save
+from ferry.quote.pricing import price_table
 from ferry.results import Status
 from ferry.units import format_size
 
@@ -121,15 +123,24 @@ def plan_estimate(
     output_format: Annotated[
         str, typer.Option("--format", callback=_check_format, help="table (the terminal), json or csv")
     ] = "table",
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Negotiated prices over the list prices (and the plan's file)")
+    ] = None,
 ) -> None:
-    """What data_sync would copy, copy again and delete, and the requests it would send: from the run's own listing
-    and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
+    """What data_sync would copy, copy again and delete, the requests it would send, and their price: from the run's
+    own listing and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
     loaded = load_plan(path)
     plan = loaded.plan
     if "data_sync" not in plan.enabled_phases():
         raise UsageError(f"{path}: phases.data_sync: the plan moves no data, so there is nothing to estimate")
-    estimate, _ = open_phase(loaded, "data_sync").estimate()
-    figures = {"plan": plan.name, **estimate.figures()}
+    named = [loaded.resolve(plan.pricing.prices)] if plan.pricing.prices else []
+    table = price_table(*named, *([prices] if prices else []))
+    phase = open_phase(loaded, "data_sync")
+    by_plan = {side: (getattr(plan.pricing, side).provider, getattr(plan.pricing, side).region) for side in SIDES}
+    source, target = ends(table, phase.endpoints(), by_plan).values()
+    estimate, _ = phase.estimate()
+    data = estimate.figures()
+    figures = {"plan": plan.name, **data, **priced(data, source, target)}
     save(loaded.layout.estimate(plan.name), figures)
     if output_format == "json":
         out.print_json(json.dumps(figures))
@@ -168,6 +179,34 @@ def _print_estimate(figures: dict[str, Any]) -> None:
         requests.add_row("(none)", *("not counted" if end is None else "0" for end in ends))
     out.print(requests)
     out.print(f"Requests: {REQUESTS_NOTE}.", markup=False, highlight=False)
+    money = Table("", figures["currency"], title="cost (list prices unless overridden)")
+    egress = f"egress ({_bytes(figures['egress_bytes'])} leave the source)"
+    money.add_row(egress, _usd(figures["egress_usd"]))
+    waiver = figures["egress_usd_with_exit_waiver"]
+    money.add_row("egress with the provider's exit waiver, if granted", _usd(waiver, "no exit waiver known"))
+    for side in SIDES:
+        money.add_row(f"requests to the {side}", _usd(figures["requests_usd"][side]))
+    for kind, held in figures["restore"].items():
+        hours = f", up to {held['hours']} h" if held["hours"] is not None else ""
+        money.add_row(f"restore {held['objects']:,} {kind} object(s) first{hours}", _usd(held["usd"]))
+    money.add_row("total (egress, requests, restores)", _usd(figures["total_usd"]))
+    money.add_row("target storage per month", _usd(figures["storage_usd_per_month"]))
+    money.add_row("this estimate's own requests", _usd(figures["estimate_usd"]))
+    out.print(money)
+    pricing = figures["pricing"]
+    for side in SIDES:
+        end = pricing[side]
+        if end["prices_from"]:
+            said = f"{end['provider']} {end['region'] or ''}: {end['prices_from']}, taken {end['taken']}"
+            out.print(f"{side} prices: {said}", markup=False, highlight=False)
+    for note in figures["notes"]:
+        out.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _usd(value: float | None, missing: str = "not priced") -> str:
+    if value is None:
+        return missing
+    return "under 0.01" if 0 < value < 0.005 else f"{value:,.2f}"
 
 
 def _bytes(size: int) -> str:

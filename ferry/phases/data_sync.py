@@ -418,6 +418,21 @@ class DataSyncPhase(Phase):
                 proofs[proof] += n
         return estimate, proofs
 
+    def endpoints(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each end's host and region as its connector knows them, sending no request (what a quote is priced by)."""
+        ends = {}
+        for role in ("source", "target"):
+            connector = open_connector(self.loaded.storage(role), self.loaded.plan.profiles)
+            try:
+                ends[role] = (connector.network_host(), connector.region())
+            finally:
+                connector.close()
+        return ends
+
+    def files(self) -> dict[tuple, Path]:
+        prices = self.loaded.plan.pricing.prices
+        return {("pricing", "prices"): self.loaded.resolve(prices)} if prices else {}
+
     def changes(self) -> Changes:
         """A dry run of every shard: what would be copied and deleted."""
         estimate, proofs = self.estimate()

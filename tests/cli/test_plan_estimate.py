@@ -8,11 +8,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.connectors.test_s3 import new_bucket
 from tests.support import run_cli, run_ferry
 
 
-def _plan(root: Path, moto_env) -> tuple[Path, str, str]:
+def _plan(root: Path, moto_env, extra: str = "") -> tuple[Path, str, str]:
     """A plan from one moto bucket to another through ferry (the target by another name of the server), in two
     shards; the target holds a stale copy of one object and one object the source lacks."""
     source, target = new_bucket(moto_env.endpoint), new_bucket(moto_env.endpoint)
@@ -29,7 +31,7 @@ def _plan(root: Path, moto_env) -> tuple[Path, str, str]:
         f"name: quoted\nsource: {{storage: 's3://{source}/p'}}\ntarget: {{storage: 'other://{target}/p'}}\n"
         f"profiles: {{other: {{type: s3, endpoint_url: '{other}', min_part_size: 262144}}}}\n"
         "phases:\n  data_sync: {threads: 4, part_size: 256K, multipart_threshold: 512K, delete: true, "
-        "shards: [a/, b/]}\nretries: {attempts: 0, delay_s: 0}\n"
+        "shards: [a/, b/]}\nretries: {attempts: 0, delay_s: 0}\n" + extra
     )
     return plan, source, target
 
@@ -97,3 +99,42 @@ def test_a_plan_without_data_sync_is_one_line(tmp_path) -> None:
         code == 2
         and err == f"ferry: error: {plan}: phases.data_sync: the plan moves no data, so there is nothing to estimate\n"
     )
+
+
+def test_the_quote_is_priced_by_the_table_and_says_what_it_cannot_price(moto_env, tmp_path) -> None:
+    plan, source, _ = _plan(tmp_path, moto_env, "pricing: {source: {provider: aws, region: us-east-1}}\n")
+    cold = 300_000
+    moto_env.client("s3").put_object(Bucket=source, Key="p/a/cold", Body=b"c" * cold, StorageClass="GLACIER")
+    negotiated = tmp_path / "negotiated.yaml"
+    negotiated.write_text("providers:\n  aws:\n    regions:\n      us-east-1: {egress_tiers: [[null, 0.05]]}\n")
+
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--prices", str(negotiated))
+    assert code == 0, err
+    quote = json.loads(out)
+    gb = 1 << 30
+    assert quote["currency"] == "USD" and quote["pricing_date"] == "2025-06-01"
+    assert quote["egress_bytes"] == quote["bytes_to_copy"], "every byte is streamed out of the source's cloud"
+    assert quote["egress_usd"] == pytest.approx(quote["bytes_to_copy"] / gb * 0.05)
+    assert quote["egress_usd_with_exit_waiver"] == 0.0 and "AWS Support" in quote["exit_waiver"]
+    sent = quote["requests"]["source"]
+    by_class = {"LIST": 0.005, "GET": 0.0004, "HEAD": 0.0004}
+    assert quote["requests_usd"]["source"] == pytest.approx(sum(n * by_class[k] for k, n in sent.items()) / 1000)
+    # The target (another moto endpoint) is no provider the table knows: not priced, and said.
+    assert quote["requests_usd"]["target"] is None and quote["total_usd"] is None
+    assert quote["storage_usd_per_month"] is None
+    assert any("target: the endpoint localhost is no provider" in note for note in quote["notes"])
+    glacier = quote["restore"]["GLACIER"]
+    assert (glacier["objects"], glacier["bytes"], glacier["hours"]) == (1, cold, 5)
+    assert glacier["usd"] == pytest.approx(cold / gb * 0.01 + 1 / 1000 * 0.05)
+
+
+def test_a_route_inside_one_region_pays_no_egress_and_an_unknown_region_is_not_priced(moto_env, tmp_path) -> None:
+    same = "pricing: {source: {provider: aws, region: us-east-1}, target: {provider: aws, region: us-east-1}}\n"
+    plan, _, _ = _plan(tmp_path, moto_env, same)
+    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json")[1])
+    assert (quote["egress_bytes"], quote["egress_usd"]) == (0, 0.0)
+    assert quote["total_usd"] is not None and quote["storage_usd_per_month"] > 0
+    plan.write_text(plan.read_text().replace(same, "pricing: {source: {provider: aws, region: mars-north-1}}\n"))
+    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json")[1])
+    assert quote["egress_usd"] is None and quote["egress_usd_with_exit_waiver"] is None
+    assert any("region 'mars-north-1' of aws is not in the price table" in note for note in quote["notes"])

@@ -1,0 +1,90 @@
+"""The money of a quote: the data figures priced by each end's prices, each figure None (with the reason in
+`not_priced`) where a price or a count is missing, never 0 for what is unknown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.quote.pricing import GB, End, PriceTable, locate, requests_usd, tiered
+
+SIDES = ("source", "target")
+
+
+def _sum(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _egress(figures: dict[str, Any], source: End, target: End) -> tuple[int, float | None, str]:
+    """(bytes leaving the source's cloud, their price, a note): what the target pulls by URL or ferry streams;
+    nothing leaves a server-side copy or a route between two ends of one provider's region."""
+    routes = figures["bytes_by_route"]
+    leaving = routes["url"] + routes["stream"]
+    if source.provider is not None and (source.provider, source.region) == (target.provider, target.region):
+        return 0, 0.0, f"same-region route ({source.provider} {source.region}): no transfer charge"
+    if leaving == 0:
+        return 0, 0.0, "no byte leaves the source's store (server-side copies)"
+    tiers = source.prices.egress_tiers if source.prices else None
+    if tiers is None:
+        return leaving, None, f"egress not priced: {source.why or 'the source region has no egress tiers'}"
+    usd = tiered(leaving, tiers)
+    if usd is None:
+        return leaving, None, "egress beyond the price table's last tier: not priced"
+    return leaving, usd, "priced by the source's monthly tiers, as if the month had no other egress"
+
+
+def ends(
+    table: PriceTable,
+    endpoints: dict[str, tuple[str | None, str | None]],
+    named: dict[str, tuple[str | None, str | None]],
+) -> dict[str, End]:
+    """Each end's prices: by the provider and region the plan names (named), else by its endpoint's host and the
+    region its connector knows (endpoints)."""
+    located = {}
+    for side in SIDES:
+        host, region = endpoints[side]
+        provider, their_region = named[side]
+        located[side] = locate(table, side, host, provider, their_region or region)
+    return located
+
+
+def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
+    """The price figures of a quote's data figures (the keys `ferry plan estimate` adds)."""
+    ends = {"source": source, "target": target}
+    egress_bytes, egress_usd, egress_note = _egress(figures, source, target)
+    waiver = source.table.exit_waiver if source.table else None
+    request_usd = {side: requests_usd(figures["requests"][side], ends[side].prices) for side in SIDES}
+    own_usd = {side: requests_usd(figures["estimate_requests"][side], ends[side].prices) for side in SIDES}
+    restores = {}
+    for kind, held in figures["archived"].items():
+        price = (source.prices.restore or {}).get(kind) if source.prices else None
+        restores[kind] = {
+            **held,
+            "usd": None
+            if price is None
+            else held["bytes"] / GB * price.usd_per_gb + held["objects"] / 1000 * price.usd_per_1000,
+            "hours": None if price is None else price.hours,
+        }
+    storage = target.prices.storage_gb_month if target.prices else None
+    notes = [egress_note]
+    notes += [f"{side}: {end.why}" for side, end in ends.items() if end.why]
+    if figures["intelligent_tiering_objects"]:
+        notes.append(
+            f"{figures['intelligent_tiering_objects']} object(s) in Intelligent-Tiering: a listing does not say "
+            "which sit in its archive tiers (those need a restore first, not counted here)"
+        )
+    return {
+        "currency": "USD",
+        "egress_bytes": egress_bytes,
+        "egress_usd": egress_usd,
+        # The waiver's figure is shown beside the list price, never assumed: granted case by case.
+        "egress_usd_with_exit_waiver": 0.0 if egress_usd == 0 or (waiver and egress_usd is not None) else None,
+        "exit_waiver": waiver,
+        "requests_usd": request_usd,
+        "restore": restores,
+        "storage_usd_per_month": None if storage is None else figures["bytes_listed"] / GB * storage,
+        "estimate_usd": _sum(list(own_usd.values())),
+        "total_usd": _sum([egress_usd, *request_usd.values(), *(r["usd"] for r in restores.values())]),
+        "pricing_date": source.describe()["taken"],
+        "pricing": {side: end.describe() for side, end in ends.items()},
+        "notes": notes,
+    }
