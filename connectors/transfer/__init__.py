@@ -10,7 +10,7 @@ import from here.
 
 from connectors.transfer.adopt import PROOFS
 from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action, diff, merge_join
-from connectors.transfer.engine import Transfer, abort_incomplete
+from connectors.transfer.engine import Transfer, abort_incomplete, remove_all
 from connectors.transfer.forecast import SIZE_EDGES, Forecast
 from connectors.transfer.retry import hash_object, listing, retrying
 from connectors.transfer.settings import TransferSettings, bounds, effective_threads, part_size_for
@@ -43,6 +43,7 @@ __all__ = [
     "listing",
     "merge_join",
     "part_size_for",
+    "remove_all",
     "retrying",
     "written_signatures",
 ]

@@ -99,6 +99,10 @@ class Transfer:
         self.forecast = Forecast()
         self._sent_before = {"source": source.requests_sent(), "target": target.requests_sent()}
 
+    def in_parts(self, size: int) -> bool:
+        """Whether an object of size goes in parts (a multipart upload) on this transfer's route."""
+        return not self._route.whole(size)
+
     def _note_retry(self) -> None:
         self.stats.add(retries=1)
 
@@ -449,3 +453,12 @@ def abort_incomplete(target: Connector) -> list[tuple[str, str]]:
             continue
         aborted.append((key, upload_id))
     return aborted
+
+
+def remove_all(target: Connector) -> str:
+    """Delete every object under the target's root and abort its unfinished uploads; say what was done."""
+    keys = [info.key for info in target.list()]
+    for key in keys:
+        target.delete(key)
+    aborted = abort_incomplete(target)
+    return f"deleted {len(keys)} object(s) and aborted {len(aborted)} unfinished upload(s) under {target.url}"

@@ -43,6 +43,7 @@ class Forecast:
     deletes: int = 0
     delete_bytes: int = 0
     multipart_objects: int = 0
+    multipart_bytes: int = 0
     parts: int = 0
     # Copies by size bucket (bucket_of): [objects, bytes].
     sizes: dict[int, list[int]] = field(default_factory=dict)
@@ -103,6 +104,7 @@ class Forecast:
             self.tiering += int(src.storage_class == "INTELLIGENT_TIERING")
             if parts:
                 self.multipart_objects += 1
+                self.multipart_bytes += size
                 self.parts += parts
                 self.source_part_sizes += int(learns)
             self.calls["source"].update(source)
@@ -119,7 +121,7 @@ class Forecast:
         """Fold another shard's forecast into this one."""
         with self.lock:
             for name in ("copies", "bytes", "recopies", "recopy_bytes", "deletes", "delete_bytes", "multipart_objects",
-                         "parts", "source_part_sizes", "tiering"):  # fmt: skip
+                         "multipart_bytes", "parts", "source_part_sizes", "tiering"):  # fmt: skip
                 setattr(self, name, getattr(self, name) + getattr(other, name))
             for bucket, (objects, size) in other.sizes.items():
                 _tally(self.sizes, bucket, objects, size)
@@ -151,6 +153,7 @@ class Forecast:
             "objects_to_delete": self.deletes,
             "bytes_to_delete": self.delete_bytes,
             "multipart_objects": self.multipart_objects,
+            "multipart_bytes": self.multipart_bytes,
             "multipart_parts": self.parts,
             "bytes_by_route": dict(self.by_route),
             "source_part_sizes": self.source_part_sizes,

@@ -12,17 +12,18 @@ import typer
 from rich.filesize import decimal
 from rich.table import Table
 
-from ferry.cli.console import out
-from ferry.errors import UsageError
+from ferry import logs
+from ferry.cli.console import err, out
+from ferry.errors import FerryError, UsageError
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
-from ferry.quote.cost import SIDES, ends, priced
-from ferry.quote.estimate import REQUESTS_NOTE, csv_text, save
-from ferry.quote.pricing import price_table
+from ferry.quote.cost import SIDES, in_words
+from ferry.quote.estimate import REQUESTS_NOTE, cached, csv_text, save
+from ferry.quote.probe import run_probe
 from ferry.results import Status
-from ferry.units import format_size
+from ferry.units import format_size, parse_size
 
 app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 
@@ -68,8 +69,11 @@ def plan_validate(
 def plan_show(
     path: Annotated[Path, typer.Argument(help="The plan file")],
     preflight: Annotated[bool, typer.Option("--preflight/--no-preflight", help="Run the preflight checks")] = True,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="From the plan alone: no change set read from storage or APIs")
+    ] = False,
 ) -> None:
-    """The resolved plan (secrets masked), what each phase will do, and the preflight checks."""
+    """The resolved plan (secrets masked), what each phase will do and would change now, and the preflight checks."""
     loaded = load_plan(path)
     plan = loaded.plan
     out.rule(f"plan {plan.name} ({path})")
@@ -79,6 +83,8 @@ def plan_show(
     for phase in phases:
         pause = " (pauses for approval first)" if phase.name in plan.approve_before else ""
         out.print(f"{phase.name}{pause}: {phase.summary()}", markup=False, highlight=False)
+    # Without preflight too, plan show reads the plan alone (and writes nothing, not even the transfer state).
+    _print_changes(loaded, phases, offline or not preflight)
     t = loaded.target
     out.print(
         f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
@@ -110,6 +116,51 @@ def plan_show(
             raise typer.Exit(1)
 
 
+def _print_changes(loaded, phases: list, offline: bool) -> None:
+    """What each phase would change now: data_sync's last estimate with its age where there is one, else each
+    phase's change set (a dry run), unless offline."""
+    out.rule("what would change now")
+    kept = cached(loaded.layout.estimate(loaded.plan.name))
+    for phase in phases:
+        if phase.name == "data_sync" and kept is not None:
+            figures, age = kept
+            said = (
+                f"data_sync (the estimate of {_age(age)} ago; `ferry plan estimate` makes a new one): copy "
+                f"{figures['objects_to_copy']:,} object(s), {figures['bytes_to_copy']:,} bytes ("
+                f"{figures['objects_to_recopy']:,} again), delete {figures['objects_to_delete']:,}; "
+                f"{in_words(figures)}; duration P50 {_seconds(figures['duration_p50_s'])}, P90 "
+                f"{_seconds(figures['duration_p90_s'])}"
+            )
+        elif offline:
+            said = f"{phase.name}: not read (--offline or --no-preflight)"
+        else:
+            try:
+                said = phase.changes().text
+            except FerryError as exc:
+                said = f"{phase.name}: its change set could not be read: {exc}"
+        out.print(said, markup=False, highlight=False)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}(s)"
+    return f"{int(seconds)} second(s)"
+
+
+def _seconds(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:,} s"
+
+
+def _check_size(value: str) -> str:
+    """A size option's value, or typer's usage error (exit 2) naming the option."""
+    try:
+        parse_size(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def _check_format(value: str) -> str:
     """--format's value, or typer's usage error (exit 2) naming the option."""
     if value not in ("table", "json", "csv"):
@@ -126,21 +177,32 @@ def plan_estimate(
     prices: Annotated[
         Path | None, typer.Option("--prices", help="Negotiated prices over the list prices (and the plan's file)")
     ] = None,
+    probe_seconds: Annotated[
+        float, typer.Option("--probe-seconds", min=1, max=3600, help="How long the throughput probe copies at most")
+    ] = 60,
+    probe_bytes: Annotated[
+        str, typer.Option("--probe-bytes", callback=_check_size, help="How many bytes the probe copies at most")
+    ] = "2G",
+    no_probe: Annotated[
+        bool, typer.Option("--no-probe", help="No probe: nothing written to the target; the duration not measured")
+    ] = False,
 ) -> None:
     """What data_sync would copy, copy again and delete, the requests it would send, and their price: from the run's
     own listing and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
+    logs.configure()  # the engine's log lines on stderr: stdout is the estimate alone (JSON, CSV)
     loaded = load_plan(path)
     plan = loaded.plan
     if "data_sync" not in plan.enabled_phases():
         raise UsageError(f"{path}: phases.data_sync: the plan moves no data, so there is nothing to estimate")
-    named = [loaded.resolve(plan.pricing.prices)] if plan.pricing.prices else []
-    table = price_table(*named, *([prices] if prices else []))
     phase = open_phase(loaded, "data_sync")
-    by_plan = {side: (getattr(plan.pricing, side).provider, getattr(plan.pricing, side).region) for side in SIDES}
-    source, target = ends(table, phase.endpoints(), by_plan).values()
+    table = phase.price_table(prices)  # a bad prices file stops here, before anything is listed
     estimate, _ = phase.estimate()
-    data = estimate.figures()
-    figures = {"plan": plan.name, **data, **priced(data, source, target)}
+    probe = None
+    if not no_probe:
+        sample = phase.probe_plan(probe_seconds, parse_size(probe_bytes))
+        err.print(sample.describe(), markup=False, highlight=False)
+        probe = run_probe(sample, plan.profiles)
+    figures = phase.quote(estimate, probe, table)
     save(loaded.layout.estimate(plan.name), figures)
     if output_format == "json":
         out.print_json(json.dumps(figures))
@@ -193,6 +255,27 @@ def _print_estimate(figures: dict[str, Any]) -> None:
     money.add_row("target storage per month", _usd(figures["storage_usd_per_month"]))
     money.add_row("this estimate's own requests", _usd(figures["estimate_usd"]))
     out.print(money)
+    probe = figures["probe"]
+    if probe is None:
+        out.print("duration: not measured (--no-probe)", markup=False, highlight=False)
+    else:
+        rates = (
+            f"probe: {probe['objects']:,} object(s), {_bytes(probe['bytes'])} in {probe['seconds']:.1f} s "
+            f"({_rate(probe['objects_per_s'], 'objects/s')} whole, {_rate(probe['bytes_per_s'], 'bytes/s')} in "
+            f"parts); {probe['cleanup']}"
+        )
+        out.print(rates, markup=False, highlight=False)
+        for problem in probe["problems"]:
+            out.print(f"probe problem: {problem}", markup=False, highlight=False)
+        if figures["duration_p50_s"] is None:
+            out.print(f"duration: {figures['duration_bound']}", markup=False, highlight=False)
+        else:
+            said = (
+                f"duration of the data phase: P50 {figures['duration_p50_s']:,} s, P90 {figures['duration_p90_s']:,} s"
+                f" (bound by {figures['duration_bound']}; listing {figures['listing_s']:,} s of it)"
+            )
+            out.print(said, markup=False, highlight=False)
+    out.print(f"cut-over churn: {figures['churn']}", markup=False, highlight=False)
     pricing = figures["pricing"]
     for side in SIDES:
         end = pricing[side]
@@ -201,6 +284,10 @@ def _print_estimate(figures: dict[str, Any]) -> None:
             out.print(f"{side} prices: {said}", markup=False, highlight=False)
     for note in figures["notes"]:
         out.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _rate(value: float | None, unit: str) -> str:
+    return "not measured" if value is None else f"{value:,.1f} {unit}"
 
 
 def _usd(value: float | None, missing: str = "not priced") -> str:

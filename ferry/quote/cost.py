@@ -14,11 +14,9 @@ def _sum(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
-def _egress(figures: dict[str, Any], source: End, target: End) -> tuple[int, float | None, str]:
-    """(bytes leaving the source's cloud, their price, a note): what the target pulls by URL or ferry streams;
-    nothing leaves a server-side copy or a route between two ends of one provider's region."""
-    routes = figures["bytes_by_route"]
-    leaving = routes["url"] + routes["stream"]
+def _egress(leaving: int, source: End, target: End) -> tuple[int, float | None, str]:
+    """(bytes leaving the source's cloud, their price, a note) of `leaving` bytes that the target pulls by URL or
+    ferry streams; nothing leaves a server-side copy or a route between two ends of one provider's region."""
     if source.provider is not None and (source.provider, source.region) == (target.provider, target.region):
         return 0, 0.0, f"same-region route ({source.provider} {source.region}): no transfer charge"
     if leaving == 0:
@@ -50,7 +48,10 @@ def ends(
 def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     """The price figures of a quote's data figures (the keys `ferry plan estimate` adds)."""
     ends = {"source": source, "target": target}
-    egress_bytes, egress_usd, egress_note = _egress(figures, source, target)
+    routes = figures["bytes_by_route"]
+    egress_bytes, egress_usd, egress_note = _egress(routes["url"] + routes["stream"], source, target)
+    probe = figures["probe"]
+    probe_usd = None if probe is None else _egress(probe["bytes_leaving_source"], source, target)[1]
     waiver = source.table.exit_waiver if source.table else None
     request_usd = {side: requests_usd(figures["requests"][side], ends[side].prices) for side in SIDES}
     own_usd = {side: requests_usd(figures["estimate_requests"][side], ends[side].prices) for side in SIDES}
@@ -83,8 +84,27 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
         "restore": restores,
         "storage_usd_per_month": None if storage is None else figures["bytes_listed"] / GB * storage,
         "estimate_usd": _sum(list(own_usd.values())),
+        # The probe's own egress (its requests are few, and not counted apart): None without a probe.
+        "probe_egress_usd": probe_usd,
         "total_usd": _sum([egress_usd, *request_usd.values(), *(r["usd"] for r in restores.values())]),
         "pricing_date": source.describe()["taken"],
         "pricing": {side: end.describe() for side, end in ends.items()},
         "notes": notes,
     }
+
+
+def _usd(value: float | None) -> str:
+    return "not priced" if value is None else f"USD {value:,.2f}"
+
+
+def in_words(figures: dict[str, Any]) -> str:
+    """A quote's money in one sentence (for approvals and `plan show`)."""
+    requests = figures["requests_usd"]
+    waiver = figures["egress_usd_with_exit_waiver"]
+    said = (
+        f"{figures['egress_bytes']:,} bytes leave the source: egress {_usd(figures['egress_usd'])}"
+        f"{'' if waiver is None else f' ({_usd(waiver)} with the exit waiver, if granted)'}; requests "
+        f"{_usd(requests['source'])} at the source, {_usd(requests['target'])} at the target"
+    )
+    restores = [f"{held['objects']:,} {kind} object(s) to restore first" for kind, held in figures["restore"].items()]
+    return said + "".join(f"; {r}" for r in restores) + " (list prices unless the plan names its own)"

@@ -43,11 +43,15 @@ class DataEstimate:
     objects_listed: int = 0
     bytes_listed: int = 0
     shards: int = 0
+    # Seconds the dry runs took, one shard after another: the listing and diff a run does before it copies.
+    listing_s: float = 0.0
     taken_at: float = field(default_factory=time.time)
 
     def add(self, forecast: Forecast, requests: dict[str, Requests], own: dict[str, Requests], listed: int,
-            listed_bytes: int) -> None:  # fmt: skip
-        """Fold one shard's dry run in: its forecast, the run's requests, the dry run's own, what it listed."""
+            listed_bytes: int, seconds: float) -> None:  # fmt: skip
+        """Fold one shard's dry run in: its forecast, the run's requests, the dry run's own, what it listed and how
+        long it took."""
+        self.listing_s += seconds
         self.forecast.add(forecast)
         for side in SIDES:
             self.requests[side] = _plus(self.requests[side], requests.get(side))
@@ -70,6 +74,7 @@ class DataEstimate:
         return {
             "estimated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.taken_at)),
             "shards": self.shards,
+            "listing_s": round(self.listing_s, 3),
             "objects_listed": self.objects_listed,
             "bytes_listed": self.bytes_listed,
             **f.to_dict(),

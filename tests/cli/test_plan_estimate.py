@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.connectors.test_s3 import new_bucket
-from tests.support import run_cli, run_ferry
+from tests.support import run_cli, run_ferry, write_plan
 
 
 def _plan(root: Path, moto_env, extra: str = "") -> tuple[Path, str, str]:
@@ -48,7 +48,18 @@ def test_the_estimate_is_what_the_run_then_does(prefect_api, moto_env, tmp_path)
     code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json")
     assert code == 0, err
     estimate = json.loads(out)
-    assert _target(moto_env, target) == before, "an estimate writes nothing to the target"
+    # The probe says what it will read and write before it starts, and leaves nothing behind.
+    assert err.startswith("probe: reads at most 7 object(s)") and "(removed afterwards)" in err
+    assert "at 4 threads" in err
+    assert _target(moto_env, target) == before, "an estimate (its probe too) leaves the target as it was"
+    probe = estimate["probe"]
+    assert probe["objects"] == 7 and probe["problems"] == [] and probe["cleanup"].startswith("deleted 7 object(s)")
+    assert probe["objects_per_s"] > 0 and probe["bytes_per_s"] > 0
+    assert 0 < estimate["duration_p50_s"] <= estimate["duration_p90_s"]
+    assert (
+        estimate["duration_bound"] in ("the request rate", "the measured bandwidth")
+        or "CPU" in estimate["duration_bound"]
+    )
     assert (estimate["objects_to_copy"], estimate["objects_to_recopy"], estimate["objects_to_delete"]) == (7, 1, 1)
     assert (estimate["multipart_objects"], estimate["multipart_parts"]) == (1, 5)
     assert sum(row["objects"] for row in estimate["size_histogram"]) == 7
@@ -78,13 +89,17 @@ def test_the_estimate_is_what_the_run_then_does(prefect_api, moto_env, tmp_path)
 
 def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path) -> None:
     plan, _, _ = _plan(tmp_path, moto_env)
-    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "csv")
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "csv", "--no-probe")
     assert code == 0, err
+    assert err == "", "no probe, nothing said of one"
     rows = {row["figure"]: row for row in csv.DictReader(io.StringIO(out))}
     assert rows["objects_to_copy"]["value"] == "7"
     assert rows["bytes_to_copy"]["unit"] == "bytes"
     assert rows["size_histogram.5.up_to"]["value"] == "no limit"
     assert int(rows["requests.target.PUT"]["value"]) == 6 + 5
+    assert rows["duration_p50_s"]["value"] == rows["duration_p90_s"]["value"] == "not measured"
+    assert rows["duration_bound"]["value"] == "not measured (--no-probe)"
+    assert rows["egress_usd"]["value"] == "not priced" and rows["egress_usd"]["unit"] == "USD"
     # The estimate keeps its figures for `plan show`.
     assert json.loads((tmp_path / ".ferry" / "estimates" / "quoted.json").read_text())["objects_to_copy"] == 7
 
@@ -108,7 +123,9 @@ def test_the_quote_is_priced_by_the_table_and_says_what_it_cannot_price(moto_env
     negotiated = tmp_path / "negotiated.yaml"
     negotiated.write_text("providers:\n  aws:\n    regions:\n      us-east-1: {egress_tiers: [[null, 0.05]]}\n")
 
-    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--prices", str(negotiated))
+    code, out, err = run_cli(
+        "plan", "estimate", str(plan), "--format", "json", "--prices", str(negotiated), "--probe-seconds", "5"
+    )
     assert code == 0, err
     quote = json.loads(out)
     gb = 1 << 30
@@ -126,15 +143,36 @@ def test_the_quote_is_priced_by_the_table_and_says_what_it_cannot_price(moto_env
     glacier = quote["restore"]["GLACIER"]
     assert (glacier["objects"], glacier["bytes"], glacier["hours"]) == (1, cold, 5)
     assert glacier["usd"] == pytest.approx(cold / gb * 0.01 + 1 / 1000 * 0.05)
+    # The probe's own egress, priced as the copy's.
+    assert quote["probe_egress_usd"] == pytest.approx(quote["probe"]["bytes_leaving_source"] / gb * 0.05)
+    assert quote["probe"]["bytes_leaving_source"] > 0
 
 
 def test_a_route_inside_one_region_pays_no_egress_and_an_unknown_region_is_not_priced(moto_env, tmp_path) -> None:
     same = "pricing: {source: {provider: aws, region: us-east-1}, target: {provider: aws, region: us-east-1}}\n"
     plan, _, _ = _plan(tmp_path, moto_env, same)
-    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json")[1])
+    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
     assert (quote["egress_bytes"], quote["egress_usd"]) == (0, 0.0)
     assert quote["total_usd"] is not None and quote["storage_usd_per_month"] > 0
     plan.write_text(plan.read_text().replace(same, "pricing: {source: {provider: aws, region: mars-north-1}}\n"))
-    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json")[1])
+    quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
     assert quote["egress_usd"] is None and quote["egress_usd_with_exit_waiver"] is None
     assert any("region 'mars-north-1' of aws is not in the price table" in note for note in quote["notes"])
+
+
+def test_plan_show_prints_the_last_estimate_with_its_age_or_reads_the_change_set(tmp_path) -> None:
+    plan = write_plan(tmp_path, "shown")
+    code, out, err = run_cli("plan", "show", str(plan))
+    assert code == 0, err
+    assert "data_sync will copy 3 object(s), 1,302 bytes" in out and "requests not priced at the source" in out
+    assert not (tmp_path / "dst").exists(), "plan show changes nothing"
+    for offline in ("--offline", "--no-preflight"):
+        code, out, err = run_cli("plan", "show", str(plan), offline)
+        assert code == 0 and "data_sync: not read (--offline or --no-preflight)" in out and "will copy" not in out
+
+    code, _, err = run_cli("plan", "estimate", str(plan), "--no-probe")
+    assert code == 0, err
+    code, out, err = run_cli("plan", "show", str(plan), "--no-preflight", "--offline")
+    assert code == 0, err
+    assert "data_sync (the estimate of 0 second(s) ago" in out or "data_sync (the estimate of 1 second(s) ago" in out
+    assert "copy 3 object(s), 1,302 bytes (0 again), delete 0" in out and "duration P50 not measured" in out
