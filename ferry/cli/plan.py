@@ -22,6 +22,7 @@ from ferry.profiles import SecretRef
 from ferry.quote.cost import SIDES, in_words
 from ferry.quote.estimate import REQUESTS_NOTE, cached, csv_text, save
 from ferry.quote.probe import run_probe
+from ferry.quote.report import write_html
 from ferry.results import Status
 from ferry.units import format_size, parse_size
 
@@ -186,6 +187,9 @@ def plan_estimate(
     no_probe: Annotated[
         bool, typer.Option("--no-probe", help="No probe: nothing written to the target; the duration not measured")
     ] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the quote as one HTML page (with the sizes chart)")
+    ] = None,
 ) -> None:
     """What data_sync would copy, copy again and delete, the requests it would send, and their price: from the run's
     own listing and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
@@ -204,6 +208,8 @@ def plan_estimate(
         probe = run_probe(sample, plan.profiles)
     figures = phase.quote(estimate, probe, table)
     save(loaded.layout.estimate(plan.name), figures)
+    if html is not None:
+        write_html(html, figures)
     if output_format == "json":
         out.print_json(json.dumps(figures))
     elif output_format == "csv":

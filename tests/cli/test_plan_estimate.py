@@ -89,7 +89,8 @@ def test_the_estimate_is_what_the_run_then_does(prefect_api, moto_env, tmp_path)
 
 def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path) -> None:
     plan, _, _ = _plan(tmp_path, moto_env)
-    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "csv", "--no-probe")
+    page = tmp_path / "quote.html"
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "csv", "--no-probe", "--html", str(page))
     assert code == 0, err
     assert err == "", "no probe, nothing said of one"
     rows = {row["figure"]: row for row in csv.DictReader(io.StringIO(out))}
@@ -100,6 +101,10 @@ def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path
     assert rows["duration_p50_s"]["value"] == rows["duration_p90_s"]["value"] == "not measured"
     assert rows["duration_bound"]["value"] == "not measured (--no-probe)"
     assert rows["egress_usd"]["value"] == "not priced" and rows["egress_usd"]["unit"] == "USD"
+    # The page for a change board: the same figures, the sizes as a chart.
+    html = page.read_text()
+    assert '<img id="sizes"' in html and "data:image/png;base64,iVBOR" in html
+    assert "<td>to copy</td><td class=\"n\">7</td>" in html and "not priced" in html
     # The estimate keeps its figures for `plan show`.
     assert json.loads((tmp_path / ".ferry" / "estimates" / "quoted.json").read_text())["objects_to_copy"] == 7
 
