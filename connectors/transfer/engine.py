@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import threading
 import time
 from collections import deque
@@ -168,7 +169,8 @@ class Transfer:
         counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
         target = listing(self.target, self.settings, self._note_retry)
         records = self.state.objects()
-        for action in diff(counted, target, records, self.settings):
+        actions = diff(counted, target, records, self.settings)
+        for action in itertools.islice(actions, self.settings.sample) if self.settings.dry_run else actions:
             if self._sched.aborted:
                 return
             if self.on_action is not None:

@@ -126,7 +126,8 @@ def _print_changes(loaded, phases: list, offline: bool) -> None:
         if phase.name == "data_sync" and kept is not None:
             figures, age = kept
             said = (
-                f"data_sync (the estimate of {_age(age)} ago; `ferry plan estimate` makes a new one): copy "
+                f"data_sync (the estimate of {_age(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
+                "`ferry plan estimate` makes a new one): copy "
                 f"{figures['objects_to_copy']:,} object(s), {figures['bytes_to_copy']:,} bytes ("
                 f"{figures['objects_to_recopy']:,} again), delete {figures['objects_to_delete']:,}; "
                 f"{in_words(figures)}; duration P50 {_seconds(figures['duration_p50_s'])}, P90 "
@@ -187,6 +188,10 @@ def plan_estimate(
     no_probe: Annotated[
         bool, typer.Option("--no-probe", help="No probe: nothing written to the target; the duration not measured")
     ] = False,
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", min=1, help="Only the first N keys of each shard: a bounded estimate, said so"),
+    ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write the quote as one HTML page (with the sizes chart)")
     ] = None,
@@ -200,7 +205,7 @@ def plan_estimate(
         raise UsageError(f"{path}: phases.data_sync: the plan moves no data, so there is nothing to estimate")
     phase = open_phase(loaded, "data_sync")
     table = phase.price_table(prices)  # a bad prices file stops here, before anything is listed
-    estimate, _ = phase.estimate()
+    estimate, _ = phase.estimate(sample)
     probe = None
     if not no_probe:
         sample = phase.probe_plan(probe_seconds, parse_size(probe_bytes))
@@ -221,6 +226,8 @@ def plan_estimate(
 def _print_estimate(figures: dict[str, Any]) -> None:
     """The estimate as the terminal shows it: the data, its sizes, the requests by class."""
     out.rule(f"estimate of {figures['plan']} ({figures['estimated_at']}, {figures['shards']} shard(s))")
+    if figures["sample"] is not None:
+        out.print(f"SAMPLE: {figures['sample_note']}", markup=False, highlight=False)
     data = Table("", "objects", "bytes", title="data")
     for what, objects, size in (
         ("listed in the source", "objects_listed", "bytes_listed"),

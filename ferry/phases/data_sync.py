@@ -401,17 +401,18 @@ class DataSyncPhase(Phase):
             f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, transfer state'})"
         )
 
-    def estimate(self) -> tuple[DataEstimate, dict[str, int]]:
+    def estimate(self, sample: int | None = None) -> tuple[DataEstimate, dict[str, int]]:
         """A dry run of every shard (the run's own listing, diff and route decisions): what a run would copy, copy
-        again and delete, and the requests it would send; with the objects it would adopt, by proof."""
-        estimate = DataEstimate()
+        again and delete, and the requests it would send; with the objects it would adopt, by proof. sample: only
+        the first this many keys of each shard, in key order (a bounded estimate, its figures not scaled)."""
+        estimate = DataEstimate(sample=sample)
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
         for shard in self.steps():
             result = run_sync(
                 self.loaded.storage("source"),
                 self.loaded.storage("target"),
-                self.transfer_settings(shard, dry_run=True),
+                dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
                 profiles=self.loaded.plan.profiles,
                 state_dir=self.loaded.layout.state,
             )

@@ -43,6 +43,8 @@ class DataEstimate:
     objects_listed: int = 0
     bytes_listed: int = 0
     shards: int = 0
+    # A bounded estimate: only the first this many keys of each shard, in key order (None: every key).
+    sample: int | None = None
     # Seconds the dry runs took, one shard after another: the listing and diff a run does before it copies.
     listing_s: float = 0.0
     taken_at: float = field(default_factory=time.time)
@@ -74,6 +76,13 @@ class DataEstimate:
         return {
             "estimated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.taken_at)),
             "shards": self.shards,
+            "sample": self.sample,
+            "sample_note": None
+            if self.sample is None
+            else (
+                f"a bounded estimate: the first {self.sample:,} keys of each shard in key order, not the whole "
+                "source; its figures (the duration too) are those keys', not scaled"
+            ),
             "listing_s": round(self.listing_s, 3),
             "objects_listed": self.objects_listed,
             "bytes_listed": self.bytes_listed,
@@ -112,6 +121,8 @@ def _missing(name: str) -> str:
         return "not priced"
     if name.endswith("up_to"):
         return "no limit"
+    if name.startswith("sample"):
+        return "every key"
     return "not counted" if name.startswith(("requests", "estimate_requests")) else "not measured"
 
 

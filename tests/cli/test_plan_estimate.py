@@ -101,12 +101,26 @@ def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path
     assert rows["duration_p50_s"]["value"] == rows["duration_p90_s"]["value"] == "not measured"
     assert rows["duration_bound"]["value"] == "not measured (--no-probe)"
     assert rows["egress_usd"]["value"] == "not priced" and rows["egress_usd"]["unit"] == "USD"
+    assert rows["sample"]["value"] == "every key"
     # The page for a change board: the same figures, the sizes as a chart.
     html = page.read_text()
     assert '<img id="sizes"' in html and "data:image/png;base64,iVBOR" in html
     assert "<td>to copy</td><td class=\"n\">7</td>" in html and "not priced" in html
     # The estimate keeps its figures for `plan show`.
     assert json.loads((tmp_path / ".ferry" / "estimates" / "quoted.json").read_text())["objects_to_copy"] == 7
+
+
+def test_a_sampled_estimate_is_bounded_and_says_it_is_one(moto_env, tmp_path) -> None:
+    plan, _, target = _plan(tmp_path, moto_env)
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe", "--sample", "3")
+    assert code == 0, err
+    quote = json.loads(out)
+    # Shard a/: its first 3 keys (small-0..2; not small-3, small-4 nor the stray); shard b/: its 2 keys.
+    assert (quote["sample"], quote["objects_to_copy"], quote["objects_to_delete"]) == (3, 5, 0)
+    assert quote["objects_listed"] == 5
+    assert "a bounded estimate: the first 3 keys of each shard" in quote["sample_note"]
+    code, out, _ = run_cli("plan", "estimate", str(plan), "--no-probe", "--sample", "3")
+    assert code == 0 and "SAMPLE: a bounded estimate" in out
 
 
 def test_a_plan_without_data_sync_is_one_line(tmp_path) -> None:

@@ -73,3 +73,9 @@ def test_a_store_that_does_not_count_its_requests_says_so(moto_env, tmp_path) ->
     )
     assert estimate.requests["source"] is None  # a local folder: no requests, none counted
     assert estimate.requests["target"]["PUT"] == 1
+
+
+def test_a_sample_bounds_only_a_dry_run() -> None:
+    with pytest.raises(ValueError, match="sample bounds a dry run"):
+        TransferSettings(sample=3)
+    assert TransferSettings(sample=3, dry_run=True).sample == 3
