@@ -79,3 +79,23 @@ def test_a_sample_bounds_only_a_dry_run() -> None:
     with pytest.raises(ValueError, match="sample bounds a dry run"):
         TransferSettings(sample=3)
     assert TransferSettings(sample=3, dry_run=True).sample == 3
+
+
+def test_the_engines_counters_are_every_request_on_the_wire(moto_env, tmp_path) -> None:
+    """A pass-through proxy in front of the target counts the HTTP requests the run sent it: the engine's counters
+    (and the estimate before them) miss none."""
+    from tests.faults.proxy import FaultProxy
+
+    source, target = new_bucket(moto_env.endpoint), new_bucket(moto_env.endpoint)
+    _fill(moto_env, source, target)
+    with FaultProxy(moto_env.port) as proxy:
+        profiles = {"via": Profile(type="s3", endpoint_url=proxy.endpoint, min_part_size=256 * 1024)}
+        src_url, dst_url = f"s3://{source}/p", f"via://{target}/p"
+        estimate = run_sync(
+            src_url, dst_url, replace(SETTINGS, dry_run=True), profiles=profiles, state_dir=tmp_path / "state"
+        )
+        seen = proxy.requests
+        run = run_sync(src_url, dst_url, SETTINGS, profiles=profiles, state_dir=tmp_path / "state", verify=False)
+        on_the_wire = proxy.requests - seen
+    assert proxy.injected == 0 and run.stats.retries == 0
+    assert sum(run.stats.requests["target"].values()) == on_the_wire == sum(estimate.requests["target"].values())
