@@ -186,6 +186,11 @@ class Connector(abc.ABC):
         """The requests sent so far, by class (REQUEST_CLASSES), retries included; None where they are not counted."""
         return None
 
+    def default_encryption(self) -> str | None:
+        """How the store encrypts objects by default, where the connector can tell (one request): S3's algorithm
+        (`aws:kms`, `AES256`), `aws:kms bucket-key` with an S3 Bucket Key; None where it cannot tell or none is set."""
+        return None
+
     def region(self) -> str | None:
         """The region the store's requests are signed for or sent to, where the connector knows it (no request)."""
         return None

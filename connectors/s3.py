@@ -42,7 +42,7 @@ from connectors.base import (
     join_key,
 )
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
-from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, TransientError, UsageError
+from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, TransientError, UsageError
 from ferry.net import in_words
 from ferry.profiles import Profile
 
@@ -403,6 +403,16 @@ class S3Connector(Connector):
 
     def region(self) -> str | None:
         return self.client.meta.region_name
+
+    def default_encryption(self) -> str | None:
+        try:
+            rules = self._call(self.url, self.client.get_bucket_encryption)["ServerSideEncryptionConfiguration"][
+                "Rules"
+            ]
+        except FerryError:  # none set, or not ours to read: not told
+            return None
+        algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
+        return f"{algorithm} bucket-key" if rules[0].get("BucketKeyEnabled") else algorithm
 
     def copy_checks_source(self, info: ObjectInfo) -> bool:
         # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise

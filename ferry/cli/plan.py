@@ -264,7 +264,11 @@ def _print_estimate(figures: dict[str, Any]) -> None:
     for kind, held in figures["restore"].items():
         hours = f", up to {held['hours']} h" if held["hours"] is not None else ""
         money.add_row(f"restore {held['objects']:,} {kind} object(s) first{hours}", _usd(held["usd"]))
-    money.add_row("total (egress, requests, restores)", _usd(figures["total_usd"]))
+    if figures["kms"] is not None:
+        reads = figures["kms"]["decrypt_requests"]
+        said = "not counted" if reads is None else f"{reads:,}"
+        money.add_row(f"KMS Decrypt requests reading the SSE-KMS source ({said})", _usd(figures["kms"]["usd"]))
+    money.add_row("total (egress, requests, restores, KMS)", _usd(figures["total_usd"]))
     money.add_row("target storage per month", _usd(figures["storage_usd_per_month"]))
     money.add_row("this estimate's own requests", _usd(figures["estimate_usd"]))
     out.print(money)

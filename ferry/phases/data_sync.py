@@ -437,6 +437,14 @@ class DataSyncPhase(Phase):
                 connector.close()
         return ends
 
+    def source_encryption(self) -> str | None:
+        """The source's default encryption, where its connector can tell (one request): KMS reads are priced by it."""
+        source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        try:
+            return source.default_encryption()
+        finally:
+            source.close()
+
     def price_table(self, prices: Path | None = None) -> PriceTable:
         """The list prices with the plan's negotiated file over them, and prices (a file) over both."""
         named = self.loaded.plan.pricing.prices
@@ -452,6 +460,7 @@ class DataSyncPhase(Phase):
         whole = forecast.copies - forecast.multipart_objects
         data = {
             **estimate.figures(),
+            "source_default_encryption": self.source_encryption(),
             "probe": None if probe is None else probe.to_dict(),
             **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
             # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.

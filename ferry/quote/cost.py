@@ -45,6 +45,26 @@ def ends(
     return located
 
 
+def _kms(figures: dict[str, Any], source: End) -> dict[str, Any] | None:
+    """The KMS requests a run makes reading an SSE-KMS source without an S3 Bucket Key (one Decrypt per GET of the
+    source, and per copy the store makes from it) and their price; None where the source's default encryption is
+    not SSE-KMS (or not told: `source_default_encryption` says which)."""
+    encryption = figures["source_default_encryption"] or ""
+    if not encryption.startswith("aws:kms") or encryption.endswith("bucket-key"):
+        return None
+    requests = figures["requests"]
+    reads = None
+    if requests["source"] is not None and requests["target"] is not None:
+        copies = requests["target"].get("COPY", 0) if figures["bytes_by_route"]["server"] else 0
+        reads = requests["source"].get("GET", 0) + copies
+    price = source.prices.kms_per_10000 if source.prices else None
+    return {
+        "decrypt_requests": reads,
+        "usd": None if reads is None or price is None else reads / 10_000 * price,
+        "note": "from the source bucket's default encryption: objects written under another setting differ",
+    }
+
+
 def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     """The price figures of a quote's data figures (the keys `ferry plan estimate` adds)."""
     ends = {"source": source, "target": target}
@@ -66,6 +86,7 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
             "hours": None if price is None else price.hours,
         }
     storage = target.prices.storage_gb_month if target.prices else None
+    kms = _kms(figures, source)
     notes = [egress_note]
     notes += [f"{side}: {end.why}" for side, end in ends.items() if end.why]
     if figures["intelligent_tiering_objects"]:
@@ -86,7 +107,10 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
         "estimate_usd": _sum(list(own_usd.values())),
         # The probe's own egress (its requests are few, and not counted apart): None without a probe.
         "probe_egress_usd": probe_usd,
-        "total_usd": _sum([egress_usd, *request_usd.values(), *(r["usd"] for r in restores.values())]),
+        "kms": kms,
+        "total_usd": _sum(
+            [egress_usd, *request_usd.values(), *(r["usd"] for r in restores.values()), kms["usd"] if kms else 0.0]
+        ),
         "pricing_date": source.describe()["taken"],
         "pricing": {side: end.describe() for side, end in ends.items()},
         "notes": notes,

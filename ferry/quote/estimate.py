@@ -123,6 +123,8 @@ def _missing(name: str) -> str:
         return "no limit"
     if name.startswith("sample"):
         return "every key"
+    if name in ("kms", "source_default_encryption"):
+        return "not SSE-KMS, or not told" if name == "kms" else "not told"
     return "not counted" if name.startswith(("requests", "estimate_requests")) else "not measured"
 
 

@@ -35,6 +35,8 @@ class RegionPrices(Settings):
     requests_per: int = Field(default=1000, gt=0)
     requests: dict[RequestClass, float] | None = None
     storage_gb_month: float | None = Field(default=None, ge=0)
+    # USD per 10,000 KMS requests (a read of an SSE-KMS object without a Bucket Key is one Decrypt).
+    kms_per_10000: float | None = Field(default=None, ge=0)
     restore: dict[str, Restore] | None = None
 
 

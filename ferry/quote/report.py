@@ -50,7 +50,8 @@ def write_html(path: Path, figures: dict[str, Any]) -> None:
             (f"restore {held['objects']:,} {kind} object(s) first", _usd(held["usd"]))
             for kind, held in figures["restore"].items()
         ],  # fmt: skip
-        ("total (egress, requests, restores)", _usd(figures["total_usd"])),
+        *([("KMS Decrypt requests reading the SSE-KMS source", _usd(figures["kms"]["usd"]))] if figures["kms"] else []),
+        ("total (egress, requests, restores, KMS)", _usd(figures["total_usd"])),
         ("target storage per month", _usd(figures["storage_usd_per_month"])),
         ("duration P50 / P90 (s)", _duration(figures)),
         ("bound by", figures["duration_bound"]),

@@ -105,7 +105,7 @@ def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path
     # The page for a change board: the same figures, the sizes as a chart.
     html = page.read_text()
     assert '<img id="sizes"' in html and "data:image/png;base64,iVBOR" in html
-    assert "<td>to copy</td><td class=\"n\">7</td>" in html and "not priced" in html
+    assert '<td>to copy</td><td class="n">7</td>' in html and "not priced" in html
     # The estimate keeps its figures for `plan show`.
     assert json.loads((tmp_path / ".ferry" / "estimates" / "quoted.json").read_text())["objects_to_copy"] == 7
 
@@ -139,6 +139,12 @@ def test_the_quote_is_priced_by_the_table_and_says_what_it_cannot_price(moto_env
     plan, source, _ = _plan(tmp_path, moto_env, "pricing: {source: {provider: aws, region: us-east-1}}\n")
     cold = 300_000
     moto_env.client("s3").put_object(Bucket=source, Key="p/a/cold", Body=b"c" * cold, StorageClass="GLACIER")
+    moto_env.client("s3").put_bucket_encryption(
+        Bucket=source,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]
+        },
+    )
     negotiated = tmp_path / "negotiated.yaml"
     negotiated.write_text("providers:\n  aws:\n    regions:\n      us-east-1: {egress_tiers: [[null, 0.05]]}\n")
 
@@ -162,6 +168,10 @@ def test_the_quote_is_priced_by_the_table_and_says_what_it_cannot_price(moto_env
     glacier = quote["restore"]["GLACIER"]
     assert (glacier["objects"], glacier["bytes"], glacier["hours"]) == (1, cold, 5)
     assert glacier["usd"] == pytest.approx(cold / gb * 0.01 + 1 / 1000 * 0.05)
+    # The source encrypts with KMS by default (no Bucket Key): each GET of it is one KMS Decrypt.
+    assert quote["source_default_encryption"] == "aws:kms"
+    assert quote["kms"]["decrypt_requests"] == sent["GET"] > 0
+    assert quote["kms"]["usd"] == pytest.approx(sent["GET"] / 10_000 * 0.03)
     # The probe's own egress, priced as the copy's.
     assert quote["probe_egress_usd"] == pytest.approx(quote["probe"]["bytes_leaving_source"] / gb * 0.05)
     assert quote["probe"]["bytes_leaving_source"] > 0
@@ -173,6 +183,7 @@ def test_a_route_inside_one_region_pays_no_egress_and_an_unknown_region_is_not_p
     quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
     assert (quote["egress_bytes"], quote["egress_usd"]) == (0, 0.0)
     assert quote["total_usd"] is not None and quote["storage_usd_per_month"] > 0
+    assert (quote["source_default_encryption"], quote["kms"]) == (None, None)
     plan.write_text(plan.read_text().replace(same, "pricing: {source: {provider: aws, region: mars-north-1}}\n"))
     quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
     assert quote["egress_usd"] is None and quote["egress_usd_with_exit_waiver"] is None
