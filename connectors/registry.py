@@ -21,15 +21,8 @@ KINDS = {
     "null": "connectors.synthetic:NullConnector",
 }
 # URL scheme -> kind, for URLs that name no profile.
-SCHEMES = {
-    "": "local",
-    "file": "local",
-    "s3": "s3",
-    "az": "azure",
-    "azure": "azure",
-    "synthetic": "synthetic",
-    "null": "null",
-}
+SCHEMES = {"": "local", "file": "local", "s3": "s3", "az": "azure", "azure": "azure", "synthetic": "synthetic",
+           "null": "null"}
 INSTALL_HINTS = {"azure": "pip install azure-storage-blob azure-identity"}
 
 

@@ -406,11 +406,10 @@ class S3Connector(Connector):
 
     def default_encryption(self) -> str | None:
         try:
-            rules = self._call(self.url, self.client.get_bucket_encryption)["ServerSideEncryptionConfiguration"][
-                "Rules"
-            ]
+            answer = self._call(self.url, self.client.get_bucket_encryption)
         except FerryError:  # none set, or not ours to read: not told
             return None
+        rules = answer["ServerSideEncryptionConfiguration"]["Rules"]
         algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
         return f"{algorithm} bucket-key" if rules[0].get("BucketKeyEnabled") else algorithm
 

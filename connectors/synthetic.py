@@ -250,23 +250,12 @@ class NullConnector(Connector):
         """Always reachable: there is nothing to reach."""
 
     def _info(self, key: str, held: _Held, metadata: bool) -> ObjectInfo:
-        return ObjectInfo(
-            key=key,
-            size=held.size,
-            signature=held.signature,
-            checksum=held.checksum,
-            content_type=held.content_type,
-            metadata=dict(held.metadata or {}) if metadata else None,
-        )
+        return ObjectInfo(key=key, size=held.size, signature=held.signature, checksum=held.checksum,
+                          content_type=held.content_type, metadata=dict(held.metadata or {}) if metadata else None)
 
     def _keep(self, key: str, size: int, spec: WriteSpec) -> ObjectInfo:
-        held = _Held(
-            size,
-            f"null-{next(self._serial)}",
-            spec.checksum,
-            spec.content_type,
-            dict(spec.metadata) if spec.metadata else None,
-        )
+        held = _Held(size, f"null-{next(self._serial)}", spec.checksum, spec.content_type,
+                     dict(spec.metadata) if spec.metadata else None)
         with self._lock:
             self._objects[key] = held
         return self._info(key, held, metadata=True)

@@ -173,7 +173,9 @@ class ManifestsPhase(Phase):
         target = self.loaded.plan.target.cluster
         assert target is not None
         path = kubeconfig_path(target.kubeconfig, self.loaded.path.parent.resolve())
-        return ClusterApi(api_client(path, target.context), self.loaded.layout.discovery_cache)
+        return ClusterApi(
+            api_client(path, target.context), self.loaded.layout.discovery_cache
+        )
 
     def objects(self, rendering: Rendering, cluster: ClusterApi) -> list[dict]:
         """What to apply, in wave order: the rendered objects and the iam phase's bindings, each with a namespace
