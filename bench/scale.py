@@ -11,7 +11,9 @@
   the diff's keys/s and its peak RSS, beside the same for a tenth of the keys, which must be about the same.
 - listing: 200,000 keys (20,000 with --quick) in a moto bucket behind a proxy that holds every request 30 ms, as a
   distant endpoint does, listed as 1 range and as 8 ranges listed at once: wall seconds, LIST requests, the
-  probing's own requests, and what moto spent.
+  probing's own requests, and what moto spent (moto's CPU per page bounds it on this machine); then 1,000,000 keys
+  (100,000) of the synthetic source whose pages wait 30 ms each and cost no server CPU, as a listing bounded by
+  latency alone is.
 
 Results go to bench/out/scale.md (and scale.json); `make bench` runs it after bench.run and bench.resume.
 """
@@ -174,33 +176,46 @@ def list_ranges(keys: int) -> list[dict[str, Any]]:
             os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
             source = open_connector("moto://listing", {"moto": profile})
             for count in (1, 8):
-                with tempfile.TemporaryDirectory() as state:
-                    before, cpu_before = proxy.requests, process_cpu_s(started["pid"])
-                    began = time.monotonic()
-                    ranges = key_ranges(source, "null://sink", "data/", count, Path(state)) if count > 1 else [("", "")]
-                    probed, probes = time.monotonic() - began, proxy.requests - before
-                    listed: list[int] = []
-
-                    def walk(key_range: tuple[str, str], into: list[int] = listed) -> None:
-                        settings = TransferSettings(prefix="data/", start_after=key_range[0], end_at=key_range[1])
-                        into.append(sum(1 for _ in listing(source, settings)))
-
-                    threads = [threading.Thread(target=walk, args=(r,)) for r in ranges]
-                    for thread in threads:
-                        thread.start()
-                    for thread in threads:
-                        thread.join()
-                    wall = time.monotonic() - began
-                if sum(listed) != keys:
-                    raise SystemExit(f"{count} range(s) listed {sum(listed)} keys, not {keys}")
-                rows.append({"ranges": len(ranges), "asked": count, "wall_s": wall, "probe_s": probed,
-                             "probe_requests": probes, "requests": proxy.requests - before,
+                before, cpu_before = proxy.requests, process_cpu_s(started["pid"])
+                row = _listed_in_ranges(source, "data/", count, keys, lambda since=before: proxy.requests - since)
+                rows.append({**row, "store": "moto", "requests": proxy.requests - before,
                              "server_cpu_s": process_cpu_s(started["pid"]) - cpu_before})  # fmt: skip
             source.close()
     finally:
         server.stdin.close()
         server.wait(timeout=60)
     return rows
+
+
+def list_latency_bound(keys: int) -> list[dict[str, Any]]:
+    """The synthetic source whose every page of 1,000 keys waits LATENCY_S first (no server, no CPU behind it): what
+    ranges listed at once make of a listing that latency alone bounds, as a real endpoint's is."""
+    source = open_connector(f"synthetic://{keys}x1K?page_ms={LATENCY_S * 1000:.0f}", {})
+    return [{**_listed_in_ranges(source, "", count, keys, lambda: 0), "store": "synthetic"} for count in (1, 8)]
+
+
+def _listed_in_ranges(source: Any, prefix: str, count: int, keys: int, probes: Any) -> dict[str, Any]:
+    """source's prefix probed into about count key ranges (1: the whole prefix, no probe), then each range listed in
+    a thread of its own, all at once: wall and probing seconds, the ranges, the probing's requests (probes())."""
+    with tempfile.TemporaryDirectory() as state:
+        began = time.monotonic()
+        ranges = key_ranges(source, "null://sink", prefix, count, Path(state)) if count > 1 else [("", "")]
+        probed, probe_requests = time.monotonic() - began, probes()
+        listed: list[int] = []
+
+        def walk(key_range: tuple[str, str]) -> None:
+            settings = TransferSettings(prefix=prefix, start_after=key_range[0], end_at=key_range[1])
+            listed.append(sum(1 for _ in listing(source, settings)))
+
+        threads = [threading.Thread(target=walk, args=(r,)) for r in ranges]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.monotonic() - began
+    if sum(listed) != keys:
+        raise SystemExit(f"{count} range(s) listed {sum(listed)} keys, not {keys}")
+    return {"ranges": len(ranges), "asked": count, "wall_s": wall, "probe_s": probed, "probe_requests": probe_requests}
 
 
 def render(engine_rows: list[dict], plan_rows: list[dict], list_rows: list[dict]) -> str:
@@ -224,7 +239,14 @@ def render(engine_rows: list[dict], plan_rows: list[dict], list_rows: list[dict]
         lines += [f"| listing through {LATENCY_S * 1000:.0f} ms a request | ranges | wall s | of which probing s "
                   "| LIST requests | of which probes | moto CPU s |", "|---" * 7 + "|"]  # fmt: skip
         lines += [f"| moto | {r['ranges']} | {r['wall_s']:.2f} | {r['probe_s']:.2f} | {r['requests']} "
-                  f"| {r['probe_requests']} | {r['server_cpu_s']:.1f} |" for r in list_rows]  # fmt: skip
+                  f"| {r['probe_requests']} | {r['server_cpu_s']:.1f} |" for r in list_rows
+                  if r["store"] == "moto"]  # fmt: skip
+        lines += [f"| synthetic, {LATENCY_S * 1000:.0f} ms a page of 1,000 keys, no server | {r['ranges']} "
+                  f"| {r['wall_s']:.2f} | {r['probe_s']:.2f} | - | - | - |" for r in list_rows
+                  if r["store"] == "synthetic"]  # fmt: skip
+        by = {(r["store"], r["asked"]): r["wall_s"] for r in list_rows}
+        lines += [""] + [f"8 ranges against 1 on {store}: {by[(store, 1)] / by[(store, 8)]:.2f}x faster"
+                         for store in ("moto", "synthetic") if (store, 8) in by]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -248,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     shape = "4000x64K+8x32M" if args.quick else "40000x64K+32x64M"
     engine_rows = engine(shape, args.threads, args.out) if "engine" in parts else []
     plan_rows = plan(1_000_000 if args.quick else 10_000_000, args.out) if "plan" in parts else []
-    list_rows = list_ranges(20_000 if args.quick else 200_000) if "listing" in parts else []
+    list_rows = []
+    if "listing" in parts:
+        list_rows = list_ranges(20_000 if args.quick else 200_000) + list_latency_bound(
+            100_000 if args.quick else 1_000_000
+        )
     text = render(engine_rows, plan_rows, list_rows)
     (args.out / "scale.md").write_text(text)
     (args.out / "scale.json").write_text(json.dumps({"engine": engine_rows, "plan": plan_rows, "listing": list_rows},

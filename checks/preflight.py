@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
 
 def check_storage_access(role: str, connector: Connector) -> CheckResult:
-    """The credentials work and the bucket, container or directory exists (a local target may be created)."""
+    """The credentials work and the bucket, container or directory exists (a local one written to may be created:
+    the target's, data_sync's state_url)."""
     name = f"preflight.{role}_storage_access"
     try:
-        if role == "target":
+        if role != "source":
             connector.prepare_target(dry_run=True)
         else:
             connector.check()

@@ -212,6 +212,11 @@ class Connector(abc.ABC):
         info = self.stat(key)
         return self.open_range(key, 0, info.size), info
 
+    def uploaded_parts(self, key: str, upload_id: str) -> list[Part]:
+        """The parts an unfinished upload holds, as the store lists them (S3's ListParts): number, size, ETag and
+        the CRC32C where the store keeps one; none where the store does not list them (they are sent again)."""
+        return []
+
     def part_size(self, key: str) -> int | None:
         """The size of the parts a multipart object was written in, where the store tells; None otherwise."""
         return None

@@ -735,6 +735,28 @@ class S3Connector(Connector):
             return False
         return True
 
+    def uploaded_parts(self, key: str, upload_id: str) -> list[Part]:
+        parts = []
+        paginator = self.client.get_paginator("list_parts")
+        try:
+            pages = paginator.paginate(
+                Bucket=self.bucket, Key=self._full(key), UploadId=upload_id, **self._customer_encoded
+            )
+            for page in pages:
+                for listed in page.get("Parts", ()):
+                    crc = listed.get("ChecksumCRC32C")
+                    parts.append(
+                        Part(
+                            number=listed["PartNumber"],
+                            size=listed["Size"],
+                            etag=listed["ETag"].strip('"'),
+                            crc32c=from_b64(crc) if crc else None,
+                        )
+                    )
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, self._what(key)) from None
+        return parts
+
     def list_incomplete(self) -> Iterator[tuple[str, str]]:
         base = f"{self.root}/" if self.root else ""
         paginator = self.client.get_paginator("list_multipart_uploads")

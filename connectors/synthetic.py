@@ -2,13 +2,15 @@
 
 They let the engine be measured alone (``ferry sync synthetic://20000x64K null://sink``) and tested at scale:
 
-- ``synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N]``: a read-only source of COUNT objects of SIZE bytes per
-  group (sizes as ``ferry sync`` takes them: 64K, 256M), keyed ``<size>/<index>`` (``64K/0001999``), index
+- ``synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N][&page_ms=MS]``: a read-only source of COUNT objects of SIZE
+  bytes per group (sizes as ``ferry sync`` takes them: 64K, 256M), keyed ``<size>/<index>`` (``64K/0001999``), index
   zero-padded so keys sort by number. The bytes are a function of the seed and the key alone (so one key holds
   the same bytes in every shape that names it, and the signature is the seed's): slices of one seeded 1 MiB
   random block at an offset that varies per object and per MiB, each MiB stamped with its (size, object, MiB)
   numbers, so no two MiB are equal and nothing compresses. Listing and reading cost no
-  I/O; any byte range is made on demand. The source keeps no checksum, as a plain file does: the engine
+  I/O (``page_ms``: each page of 1,000 keys waits that long first, as a store's LIST request does, to measure
+  listings that a real endpoint's latency bounds); any byte range is made on demand. The source keeps no
+  checksum, as a plain file does: the engine
   computes its own while it reads. Every write is refused with one line.
 - ``null://NAME[/prefix]``: a target that keeps, per object, only what the engine verifies and the gate
   compares: its size, a signature that changes with every write, ferry's checksum, its content type and
@@ -25,6 +27,7 @@ import random
 import re
 import struct
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
@@ -38,7 +41,8 @@ from ferry.units import format_size, parse_size
 MIB = 1 << 20
 _STAMP = struct.Struct("<QQQ")  # (size, object, MiB) at the start of every MiB
 _GROUP = re.compile(r"(\d+)x(\S+)")
-_SYNTAX = "synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N], e.g. synthetic://2000x64K+4x256M"
+_SYNTAX = "synthetic://COUNTxSIZE[+COUNTxSIZE...][?seed=N][&page_ms=MS], e.g. synthetic://2000x64K+4x256M"
+_PAGE = 1000  # keys per listing page, as S3's
 
 
 # -- the synthetic source -------------------------------------------------------------------------------------
@@ -74,8 +78,9 @@ class _Keys(Sequence[str]):
         return self.group.key(index)
 
 
-def parse_shape(url: str) -> tuple[list[Group], int]:
-    """The groups and seed a synthetic URL names; UsageError (naming the URL and the syntax) if it names none."""
+def parse_shape(url: str) -> tuple[list[Group], dict[str, int]]:
+    """The groups and options (seed, page_ms) a synthetic URL names; UsageError (naming the URL and the syntax) if it
+    names none."""
     parts = urlsplit(url)
     if parts.path not in ("", "/"):
         raise UsageError(f"{url}: a synthetic source takes no path (its keys are <size>/<index>): {_SYNTAX}")
@@ -97,13 +102,13 @@ def parse_shape(url: str) -> tuple[list[Group], int]:
     labels = [g.label for g in groups]
     if len(set(labels)) != len(labels):
         raise UsageError(f"{url}: two groups of one size: name each size once")
-    seed = 0
+    options = {"seed": 0, "page_ms": 0}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name != "seed" or not value.isdigit():
-            raise UsageError(f"{url}: {name}={value!r}: the only option is seed=N (a whole number)")
-        seed = int(value)
+        if name not in options or not value.isdigit():
+            raise UsageError(f"{url}: {name}={value!r}: the options are seed=N and page_ms=MS (whole numbers)")
+        options[name] = int(value)
     # Keys sort as "<label>/...", and '/' sorts before every digit and unit letter.
-    return sorted(groups, key=lambda g: g.label + "/"), seed
+    return sorted(groups, key=lambda g: g.label + "/"), options
 
 
 class SyntheticConnector(Connector):
@@ -112,10 +117,11 @@ class SyntheticConnector(Connector):
     kind = "synthetic"
     capabilities = Capabilities(exact_keys=True, listing_seeks=True)
 
-    def __init__(self, url: str, groups: list[Group], seed: int):
+    def __init__(self, url: str, groups: list[Group], seed: int, page_ms: int = 0):
         super().__init__(url)
         self.groups = groups
         self.seed = seed
+        self.page_s = page_ms / 1000
         self._by_label = {g.label: g for g in groups}
         self._signature = f"synthetic-{seed}"  # the bytes follow from seed, size and key alone
         block = random.Random(seed).randbytes(MIB)
@@ -123,8 +129,8 @@ class SyntheticConnector(Connector):
 
     @classmethod
     def from_location(cls, location: Location, profile: Profile | None) -> SyntheticConnector:
-        groups, seed = parse_shape(location.url)
-        return cls(location.url, groups, seed)
+        groups, options = parse_shape(location.url)
+        return cls(location.url, groups, **options)
 
     @property
     def objects(self) -> int:
@@ -141,6 +147,7 @@ class SyntheticConnector(Connector):
         raise UsageError(f"{self.url}: a synthetic source is read-only: it cannot be a target")
 
     def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        listed = 0
         for group in self.groups:
             keys = _Keys(group)
             index = max(bisect.bisect_left(keys, prefix), bisect.bisect_right(keys, start_after))
@@ -148,6 +155,9 @@ class SyntheticConnector(Connector):
                 key = group.key(i)
                 if not key.startswith(prefix):
                     break
+                if self.page_s and listed % _PAGE == 0:
+                    time.sleep(self.page_s)
+                listed += 1
                 yield ObjectInfo(key=key, size=group.size, signature=self._signature)
 
     def _find(self, key: str) -> tuple[Group, int]:

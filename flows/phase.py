@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -117,16 +118,22 @@ def _run_step(spec: StepSpec, audit_root: str, stop_event: str | None) -> dict[s
     if stopping.is_set():  # a retry or a queued step after that: it does not start
         raise PermanentError(f"not started: {ending}")
     spec = spec.checked()
-    if not Path(audit_root).is_dir():
+    visible = Path(audit_root).is_dir()
+    if not visible and spec.needs_audit_folder:
         # A worker on another machine: the journals a rollback reads and the shards' transfer state would be left
         # on its disk.
         raise PermanentError(
             f"this worker does not see the run's audit folder {audit_root}: give every worker the plan's state "
-            "directory at the same path (a shared filesystem)"
+            "directory at the same path (a shared filesystem), or name phases.data_sync.state_url"
         )
-    with cluster.following(stop_event, stopping):
+    with contextlib.ExitStack() as scratch, cluster.following(stop_event, stopping):
+        # A step that keeps its files elsewhere (data_sync's state_url) writes them in a folder of the run's name
+        # on this worker's disk while it runs.
+        root = Path(audit_root)
+        if not visible:
+            root = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="ferry-run-"))) / root.name
         try:
-            audit = AuditFolder(Path(audit_root))
+            audit = AuditFolder(root)
             result = spec.run(audit, PrefectReporter(stopping, audit, spec.phase))
         except TransientError as exc:
             if stopping.is_set():
@@ -153,6 +160,7 @@ def _phase_flow(plan_path: str, audit_root: str, phase: str) -> dict[str, list[d
     runner = open_phase(loaded, phase)
     options = transient_retries(loaded)
     stopping = _stopping.setdefault(f"{audit_root}:{phase}", threading.Event())
+    runner.prepare()
     steps, placement = runner.steps(), runner.placement()
     stop_event = cluster.stop_event(placement)
     # The run's budgets (bandwidth, memory; on threads the engine's threads too) divided among the steps that run at

@@ -259,8 +259,17 @@ class Transfer:
         ):
             upload.upload_id = previous.upload_id
             done = {p.number: p for p in self.state.parts(key, previous.upload_id)}
-            self.stats.add(resumed_uploads=1, parts_resumed=len(done))
-            log.info("resuming upload", key=key, parts_done=len(done), parts=upload.total)
+            recorded = len(done)
+            # What the store holds beyond the state's record: the parts sent after its last commit (a killed
+            # worker's, or those since the last checkpoint of a state restored on another worker).
+            for listed in self._call(self.target.uploaded_parts, key, upload.upload_id):
+                if listed.number not in done and 1 <= listed.number <= upload.total:
+                    part = self._route.adopt_part(upload, listed)
+                    if part is not None:
+                        self.state.record_part(key, upload.upload_id, part)
+                        done[part.number] = part
+            self.stats.add(resumed_uploads=1, parts_resumed=len(done), parts_reconciled=len(done) - recorded)
+            log.info("resuming upload", key=key, parts_done=len(done), parts=upload.total, listed=len(done) - recorded)
         else:
             if previous is not None:
                 self._call(self.target.abort, key, previous.upload_id)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connectors.base import Connector
-from connectors.transfer.state import FOLDER
+from connectors.transfer.state import FOLDER, TransferState
 from ferry.errors import PermanentError
 from ferry.files import write_atomic
 
@@ -144,6 +144,38 @@ def key_ranges(source: Connector, target_url: str, prefix: str, count: int, stat
         record = {"source": source.url, "target": target_url, "prefix": prefix, "asked": count, "boundaries": found}
         write_atomic(path, json.dumps(record, indent=2) + "\n")
     return ranges(found)
+
+
+def split_outgrown(state_dir: Path, source_url: str, target_url: str, prefix: str, most: int) -> list[tuple[str, str]]:
+    """Split each kept key range whose transfer state records more than `most` objects in two at its median key,
+    the halves taking over its state's rows (the range's state file is then removed), and keep the new boundaries
+    for every later run. Returns the ranges split (as they were); none where no boundaries are kept."""
+    path = boundaries_path(state_dir, source_url, target_url, prefix)
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text(encoding="utf-8"))
+    boundaries, split = list(record["boundaries"]), []
+    for start_after, end_at in ranges(record["boundaries"]):
+        state = TransferState(state_dir, source_url, target_url, prefix, (start_after, end_at))
+        try:
+            middle = state.median_key() if state.count() > most else None
+        finally:
+            state.close()
+        if middle is None or middle == end_at:
+            continue
+        for half in ((start_after, middle), (middle, end_at)):
+            taker = TransferState(state_dir, source_url, target_url, prefix, half)
+            try:
+                taker.take_rows(state.path, *half)
+            finally:
+                taker.close()
+        for suffix in ("", "-wal", "-shm"):
+            state.path.with_name(state.path.name + suffix).unlink(missing_ok=True)
+        boundaries.append(middle)
+        split.append((start_after, end_at))
+    if split:
+        write_atomic(path, json.dumps({**record, "boundaries": sorted(boundaries)}, indent=2) + "\n")
+    return split
 
 
 def _relative(key: str | None, prefix: str) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from connectors.base import MD5_OF_PARTS, Connector, ObjectInfo, Part, WriteSpec
-from connectors.checksum import CRC32C, crc32c, label
+from connectors.checksum import CRC32C, crc32c, label, md5_hex
 from connectors.transfer import source_checksum
 from connectors.transfer.retry import Recopy
 from connectors.transfer.scheduler import RateLimiter
@@ -155,6 +155,26 @@ class Route:
             said = f"{self.source.url}: {key}: read {len(data)} of its {src.size} bytes"
             raise TransientError(said, code="ShortRead")
         return data, info
+
+    def adopt_part(self, upload: Upload, listed: Part) -> Part | None:
+        """A part the store holds of a resumed upload that its state did not record (it was sent after the state's
+        last commit or checkpoint), kept where the store proves it: its CRC32C where the store lists one, else
+        (parts streamed through ferry) an ETag equal to the MD5 of the source's bytes at its span, read again but
+        not sent again. None: it is sent again."""
+        start, length = upload.span(listed.number)
+        if listed.size != length:
+            return None
+        if listed.crc32c is not None:
+            return listed
+        if upload.mode != "stream":
+            return None
+        data = self._call(self.source.open_range, upload.key, start, length)
+        self.stats.add(bytes_read=len(data))
+        if len(data) != length or md5_hex(data) != listed.etag:
+            return None
+        if (value := source_checksum.part(upload.check, data)) is not None:
+            upload.sums[listed.number] = value
+        return Part(number=listed.number, size=length, etag=listed.etag, crc32c=crc32c(data))
 
     def copy_part(self, upload: Upload, number: int) -> Part:
         """Copy one part of an upload the way its mode says; a streamed part's receipt mismatch is re-sent once."""

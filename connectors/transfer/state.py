@@ -3,7 +3,8 @@
 One file per shard, `<state_dir>/transfers/<16 hex>.sqlite`, named by a hash of the source URL, the
 target URL and the shard's prefix (and its key range, if it has one), so that shards can run on different
 workers; its `shard` table says which one it holds. A killed run resumes from it: finished objects are skipped by
-the diff, and a multipart upload picks up its upload id and re-sends only the parts that were not recorded. Parts
+the diff, and a multipart upload picks up its upload id and re-sends only the parts that were not recorded (nor
+listed by the store and proven: engine.py, `Route.adopt_part`). Parts
 are committed one by one (they are large and few); finished objects are committed in batches, because a finished
 object that was not yet committed is found equal by the next diff anyway.
 """
@@ -83,17 +84,21 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def state_name(source_url: str, target_url: str, prefix: str, key_range: tuple[str, str] = ("", "")) -> str:
+    """The shard's file under a state directory: `transfers/<16 hex>.sqlite`."""
+    # A key range of the prefix (connectors/transfer/ranges.py) is a shard of its own; a whole prefix keeps the name
+    # its file always had.
+    shard = [source_url, target_url, prefix, *key_range] if any(key_range) else [source_url, target_url, prefix]
+    return f"{FOLDER}/{hashlib.sha256(json.dumps(shard).encode()).hexdigest()[:16]}.sqlite"
+
+
 class TransferState:
     """The transfer state of one shard (source, target, key prefix); safe to share between the engine's threads."""
 
     def __init__(
         self, state_dir: Path, source_url: str, target_url: str, prefix: str, key_range: tuple[str, str] = ("", "")
     ):
-        # A key range of the prefix (connectors/transfer/ranges.py) is a shard of its own; a whole prefix keeps the
-        # name its file always had.
-        shard = [source_url, target_url, prefix, *key_range] if any(key_range) else [source_url, target_url, prefix]
-        identity = json.dumps(shard)
-        self.path = state_dir / FOLDER / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
+        self.path = state_dir / state_name(source_url, target_url, prefix, key_range)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
@@ -162,6 +167,47 @@ class TransferState:
                         f"INSERT OR REPLACE INTO objects ({_OBJECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", pending
                     )
                     failpoint("transfer:state-write")  # inside the transaction, before its commit
+
+    def count(self) -> int:
+        """Finished objects recorded."""
+        self.flush()
+        with self._lock:
+            return self._conn.execute("SELECT count(*) FROM objects").fetchone()[0]
+
+    def median_key(self) -> str | None:
+        """The recorded key halfway through, in key order (None with fewer than two)."""
+        self.flush()
+        with self._lock:
+            total = self._conn.execute("SELECT count(*) FROM objects").fetchone()[0]
+            if total < 2:
+                return None
+            row = self._conn.execute("SELECT key FROM objects ORDER BY key LIMIT 1 OFFSET ?", ((total - 1) // 2,))
+            return row.fetchone()[0]
+
+    def take_rows(self, old: Path, start_after: str, end_at: str) -> None:
+        """Take over the rows of another shard's state file whose keys lie in (start_after, end_at] ("" open): a key
+        range split in two, each half taking its part of the range's objects, uploads and parts."""
+        clauses = [c for c, bound in (("key > ?", start_after), ("key <= ?", end_at)) if bound]
+        where = " AND ".join(clauses) or "1"
+        args = [bound for bound in (start_after, end_at) if bound]
+        self.flush()
+        with self._lock:
+            self._conn.execute("ATTACH DATABASE ? AS old", (str(old),))
+            try:
+                with self._conn:
+                    self._conn.execute("BEGIN")
+                    for table, columns in (
+                        ("objects", _OBJECT_COLUMNS),
+                        ("uploads", "key, upload_id, size, src_sig, part_size"),
+                        ("parts", "key, upload_id, number, size, etag, crc32c"),
+                    ):
+                        self._conn.execute(
+                            f"INSERT OR REPLACE INTO main.{table} ({columns}) "
+                            f"SELECT {columns} FROM old.{table} WHERE {where}",
+                            args,
+                        )
+            finally:
+                self._conn.execute("DETACH DATABASE old")
 
     # -- multipart uploads ----------------------------------------------------------------------
     def upload(self, key: str) -> UploadRecord | None:

@@ -66,6 +66,8 @@ class Stats:
     recopied_after_mismatch: int = 0
     resumed_uploads: int = 0
     parts_resumed: int = 0
+    # Of those, parts the state had not recorded that the store's list of the upload's parts proved (route.adopt_part).
+    parts_reconciled: int = 0
     retries: int = 0
     # Where the bytes went: through this machine, or copied by the stores themselves.
     bytes_read: int = 0
@@ -148,7 +150,11 @@ class Stats:
             },
             "adopted_by": dict(self.adopted_by),
             "held_to_source": dict(self.held_to_source),
-            "multipart": {"resumed_uploads": self.resumed_uploads, "parts_resumed": self.parts_resumed},
+            "multipart": {
+                "resumed_uploads": self.resumed_uploads,
+                "parts_resumed": self.parts_resumed,
+                "parts_reconciled": self.parts_reconciled,
+            },
             "retries": self.retries,
             "requests": dict(self.requests),
             "url_copy": self.url_copy,

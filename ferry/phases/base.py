@@ -119,6 +119,11 @@ class StepSpec(abc.ABC):
     def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Do the step, where it runs (what Phase.run does)."""
 
+    @property
+    def needs_audit_folder(self) -> bool:
+        """Whether the step must run where the run's audit folder is (its journals are written there)."""
+        return True
+
     def divided(self, peers: int, *, in_process: bool) -> StepSpec:
         """The spec for one of `peers` steps running at once: what the plan sets for the whole run (a bandwidth limit,
         a memory budget; in_process, when they share this process, its threads too) divided among them. Unchanged by
@@ -221,6 +226,10 @@ class Phase(abc.ABC):
         return []
 
     # -- a run ------------------------------------------------------------------------------------
+    def prepare(self) -> None:  # noqa: B027 - optional hook: most phases plan nothing before their steps
+        """Once per run, before its steps are listed, under the plan's run lock (data_sync splits key ranges that
+        outgrew their bound here); never in a preview."""
+
     def steps(self) -> list[str]:
         """The phase's steps, each one Prefect task (retried on its own, on transient errors)."""
         return ["run"]

@@ -7,6 +7,7 @@ so). The gate compares target against source for every shard after all of them a
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import importlib.util
@@ -14,8 +15,9 @@ import ipaddress
 import json
 import os
 import socket
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,13 +26,16 @@ import structlog
 from pydantic import Field, field_validator, model_validator
 
 from checks.data import check_data
+from checks.preflight import check_storage_access
 from connectors.base import redact_url
 from connectors.registry import connector_class, open_connector
 from connectors.transfer import COPY, PROOFS, Action, Stats, TransferSettings, TransferState, bounds
-from connectors.transfer.ranges import key_ranges
+from connectors.transfer.checkpoint import StateStore
+from connectors.transfer.ranges import boundaries_path, key_ranges, split_outgrown
+from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
-from ferry.errors import PermanentError, TransientError, UsageError
+from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, StepResult, StepSpec, Undo
@@ -40,7 +45,7 @@ from ferry.quote.cost import SIDES, ends, in_words, priced
 from ferry.quote.estimate import DataEstimate
 from ferry.quote.pricing import PriceTable, price_table
 from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
-from ferry.results import CheckResult
+from ferry.results import CheckResult, Status
 from ferry.sync import delete_created, run_sync
 
 log = structlog.get_logger("ferry.phases.data_sync")
@@ -124,9 +129,18 @@ class DataSyncSettings(Settings):
     # How many key ranges "auto" makes the first time (kept for every later run): 3 per worker of a local cluster,
     # else 16. Where the work is split, not what it produces: out of the input hash.
     ranges: int | None = Field(default=None, ge=2, le=10_000, exclude=True)
+    # A key range whose transfer state records more objects than this is split in two at its median key before the
+    # next run's shards start (its halves take over its state). Out of the input hash, as `ranges`.
+    range_max_objects: int = Field(default=1_000_000, ge=2, exclude=True)
     # Where the shards run: "threads" of this process, or a Dask cluster ({dask: {workers: 4}} or {dask: {address:
     # tls://scheduler:8786}}). Where the work runs, not what it produces: out of the input hash.
     runner: Literal["threads"] | Runner = Field(default="threads", exclude=True)
+    # Where each shard's transfer state and journals are kept for workers on other machines: an object-store prefix
+    # (or a shared path) outside the synced prefixes; copied there every checkpoint_every_s seconds and when a shard
+    # ends, restored by whichever worker runs it next (connectors/transfer/checkpoint.py). Where the work keeps its
+    # state, not what it produces: out of the input hash.
+    state_url: str | None = Field(default=None, exclude=True)
+    checkpoint_every_s: float = Field(default=60.0, gt=0, le=3600, exclude=True)
 
     @field_validator("runner", mode="before")
     @classmethod
@@ -211,13 +225,17 @@ class _Follow:
 @dataclasses.dataclass(frozen=True)
 class ShardSpec(StepSpec):
     """One shard as it travels to its worker: both ends' URLs and profiles (credentials as references, resolved
-    on the worker), the engine's settings and where the transfer state lives; never the plan's path."""
+    on the worker), the engine's settings and where the transfer state lives (the plan's state directory, or
+    state_url); never the plan's path."""
 
     source: str = dataclasses.field(kw_only=True)
     target: str = dataclasses.field(kw_only=True)
     profiles: Mapping[str, Profile] = dataclasses.field(kw_only=True)
     settings: TransferSettings = dataclasses.field(kw_only=True)
     state_dir: str = dataclasses.field(kw_only=True)
+    # Where the state lives between workers (phases.data_sync.state_url), and how often it is copied there.
+    state_url: str | None = dataclasses.field(default=None, kw_only=True)
+    checkpoint_s: float = dataclasses.field(default=60.0, kw_only=True)
 
     def divided(self, peers: int, *, in_process: bool) -> ShardSpec:
         """The run's memory budget and bandwidth limit shared by `peers` shards at once (and the engine's threads,
@@ -230,14 +248,43 @@ class ShardSpec(StepSpec):
             shares["threads"] = max(1, settings.threads // peers)
         return dataclasses.replace(self, settings=dataclasses.replace(settings, **shares))
 
+    @property
+    def needs_audit_folder(self) -> bool:
+        """Whether the worker must see the run's audit folder: not when the shard's state and journals are
+        checkpointed to state_url, from where the driver fetches them."""
+        return self.state_url is None
+
     def run(self, audit: AuditFolder, reporter: Reporter) -> StepResult:
         """Copy the shard, journalling the keys it created; raises if any object failed."""
+        if self.state_url is None:
+            return self._sync(audit, reporter, Path(self.state_dir))
+        # The state on this worker's disk only while the shard runs; state_url holds it between workers.
+        with tempfile.TemporaryDirectory(prefix="ferry-shard-") as scratch, _Checkpoints(self, audit, Path(scratch)):
+            return self._sync(audit, reporter, Path(scratch))
+
+    def state_name(self) -> str:
+        """The shard's transfer state file under a state directory (named by the connectors' URLs)."""
+        with (
+            contextlib.closing(open_connector(self.source, self.profiles)) as source,
+            contextlib.closing(open_connector(self.target, self.profiles)) as target,
+        ):
+            return state_name(source.url, target.url, self.settings.prefix, self.settings.key_range)
+
+    def audit_files(self, audit: AuditFolder) -> dict[str, Path]:
+        """The shard's files in the run's audit folder: its journal, its target and its report, by kind."""
+        journal = audit.path(self.phase, _journal_name(self.step))
+        return {
+            "journal": journal,
+            "target": _target_file(journal),
+            "report": audit.path(self.phase, f"sync-{label(self.step)}.json"),
+        }
+
+    def _sync(self, audit: AuditFolder, reporter: Reporter, state_dir: Path) -> StepResult:
         step = self.step
-        journal = audit.path(self.phase, _journal_name(step))
+        files = self.audit_files(audit)
         # The keys are relative to the target: a rollback must undo them there, wherever the plan points later.
-        target_file = _target_file(journal)
-        audit.write_json(self.phase, target_file.name, {"target": redact_url(self.target)})
-        created = Journal(journal)
+        audit.write_json(self.phase, files["target"].name, {"target": redact_url(self.target)})
+        created = Journal(files["journal"])
         follow = _Follow(
             reporter.progress(
                 f"data-sync-{label(step).lower().replace('_', '-')}", f"data_sync progress, shard {step or '(all)'}"
@@ -257,9 +304,9 @@ class ShardSpec(StepSpec):
                     self.target,
                     self.settings,
                     profiles=self.profiles,
-                    state_dir=Path(self.state_dir),
+                    state_dir=state_dir,
                     verify=False,  # the gate verifies, after every shard is done
-                    report_path=audit.path(self.phase, f"sync-{label(step)}.json"),
+                    report_path=files["report"],
                     on_action=on_action,
                     on_start=follow.start,
                     stop=reporter.stopping,
@@ -279,6 +326,104 @@ class ShardSpec(StepSpec):
         # Where the shard ran: this process, or a worker of a Dask cluster.
         summary["ran_on"] = f"{socket.gethostname()}:{os.getpid()}"
         return StepResult(changed=bool(objects["copied"] or objects["deleted"]), details=summary)
+
+
+class _Checkpoints:
+    """A shard's transfer state and audit files restored from state_url when it starts (the worker that ran it
+    before may be gone), and copied there every checkpoint_s seconds and when it ends."""
+
+    def __init__(self, spec: ShardSpec, audit: AuditFolder, state_dir: Path):
+        assert spec.state_url is not None
+        self.spec = spec
+        self.name = spec.state_name()
+        self.state = state_dir / self.name
+        self.files = spec.audit_files(audit)
+        self.prefix = _audit_prefix(audit, spec.phase)
+        self.store = StateStore(open_connector(spec.state_url, spec.profiles))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.shard = spec.step or "(all)"
+        self._thread = threading.Thread(target=self._every, daemon=True, name=f"checkpoint {self.shard}")
+
+    def __enter__(self) -> _Checkpoints:
+        try:
+            restored = self.store.restore(self.name, self.state)
+            journal = self.files["journal"]
+            if not journal.exists():  # this worker's audit folder lacks the keys an earlier worker created
+                self.store.restore(self.prefix + journal.name, journal)
+        except BaseException:
+            self.store.close()
+            raise
+        log.info("shard state", shard=self.shard, restored=restored, state_url=self.store.connector.url)
+        self._thread.start()
+        return self
+
+    def _every(self) -> None:
+        while not self._stop.wait(self.spec.checkpoint_s):
+            try:
+                self.save()
+            except FerryError as exc:
+                log.warning("checkpoint failed: the next one tries again", shard=self.shard, error=str(exc))
+
+    def save(self, *, final: bool = False) -> None:
+        """The state first, then the journal: a key the state records is in the copy's journal too."""
+        with self._lock:
+            if self.state.exists():
+                self.store.save_state(self.state, self.name)
+            self.store.save_lines(self.files["journal"], self.prefix + self.files["journal"].name)
+            for kind in ("target", "report") if final else ("target",):
+                self.store.save_file(self.files[kind], self.prefix + self.files[kind].name)
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.save(final=True)
+        except FerryError as error:
+            if kind is None:  # the shard's own error is the one to tell when it has one
+                raise TransientError(f"shard {self.shard}: its state was not checkpointed: {error}") from error
+            log.warning("last checkpoint failed", shard=self.shard, error=str(error))
+        finally:
+            self.store.close()
+
+
+def _audit_prefix(audit: AuditFolder, phase: str) -> str:
+    """Where a run's audit files of the phase are kept under state_url."""
+    return f"runs/{audit.root.name}/{phase}/"
+
+
+def _check_state_url(plan: Plan) -> None:
+    """state_url names a store ferry opens and lies outside what is synced: inside the target's prefix the gate would
+    count its files as extra objects (and a delete remove them), inside the source's they would be copied as data.
+    (A password in it is refused by the plan's own check, as in every field.)"""
+    url = plan.phases.data_sync.state_url
+    assert url is not None
+    try:
+        connector_class(url, plan.profiles)
+    except UsageError as exc:
+        raise ValueError(f"phases.data_sync.state_url: {exc}") from None
+    for role in ("source", "target"):
+        storage = getattr(plan, role).storage
+        if _within(url, storage):
+            raise ValueError(
+                f"phases.data_sync.state_url {url!r} lies inside {role}.storage {storage!r}: give a prefix outside "
+                "what is synced (another bucket, or a sibling prefix)"
+            )
+
+
+def _within(url: str, root: str) -> bool:
+    """Whether url names root or a place under it (local paths as the plan gives them, both relative to its file)."""
+
+    def parts(u: str) -> tuple[str, str, str]:
+        if "://" not in u:
+            return "", "", os.path.normpath(u)
+        split = urlsplit(u)
+        return split.scheme, split.netloc, split.path.strip("/")
+
+    (scheme, host, path), (root_scheme, root_host, root_path) = parts(url), parts(root)
+    if (scheme, host) != (root_scheme, root_host):
+        return False
+    return root_path in ("", ".") or path == root_path or path.startswith(root_path.rstrip("/") + "/")
 
 
 def _seeks(plan: Plan) -> bool:
@@ -308,6 +453,8 @@ class DataSyncPhase(Phase):
                 "phases.data_sync.shards: auto splits a source whose listing starts at a key (S3) into key ranges; "
                 "this source lists from the start every time: give its shards as prefixes ([a/, b/])"
             )
+        if sync.state_url is not None:
+            _check_state_url(plan)
         if sync.runner == "threads":
             return
         for role in ("source", "target"):
@@ -340,13 +487,59 @@ class DataSyncPhase(Phase):
             target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
             try:
                 count = sync.ranges or (3 * sync.runner.dask.workers if self._local_cluster() else 16)
-                found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
+                with self._kept_ranges(source.url, target.url):
+                    found = key_ranges(source, target.url, "", count, self.loaded.layout.state)
             finally:
                 source.close()
                 target.close()
             width = len(str(len(found)))
             self._ranges = {f"range-{i:0{width}d}": r for i, r in enumerate(found, start=1)}
         return self._ranges
+
+    @contextlib.contextmanager
+    def _kept_ranges(self, source_url: str, target_url: str) -> Iterator[Path]:
+        """The file of the kept key ranges (ranges.boundaries_path), fetched from state_url first and copied back
+        after, where the plan names one: the next run may start on another machine."""
+        path = boundaries_path(self.loaded.layout.state, source_url, target_url, "")
+        url = self._state_url()
+        if url is None:
+            yield path
+            return
+        name = path.relative_to(self.loaded.layout.state).as_posix()
+        with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
+            store.restore(name, path)
+            yield path
+            store.save_file(path, name)
+
+    def prepare(self) -> None:
+        """Split the key ranges (shards: auto) whose transfer state outgrew range_max_objects, each at its median key,
+        its halves taking over its rows; with a state_url, the states fetched from there first and the halves'
+        copied back (the range's own removed)."""
+        if self.settings.shards != "auto":
+            return
+        was = {self.step_spec(step).state_name() for step in self.shard_ranges()}
+        self.fetch_checkpoints(None)
+        state = self.loaded.layout.state
+        with (
+            contextlib.closing(open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)) as source,
+            contextlib.closing(open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)) as target,
+            self._kept_ranges(source.url, target.url),
+        ):
+            split = split_outgrown(state, source.url, target.url, "", self.settings.range_max_objects)
+        if not split:
+            return
+        self._ranges = None
+        after = self.shard_ranges()
+        log.info("key ranges split", split=len(split), ranges=len(after), most=self.settings.range_max_objects)
+        url = self._state_url()
+        if url is None:
+            return
+        now = {self.step_spec(step).state_name() for step in after}
+        with contextlib.closing(StateStore(open_connector(url, self.loaded.plan.profiles))) as store:
+            for name in now - was:
+                store.save_state(state / name, name)
+            for name in was - now:
+                store.connector.delete(name)
 
     def _local_cluster(self) -> bool:
         runner = self.settings.runner
@@ -394,6 +587,8 @@ class DataSyncPhase(Phase):
             dask = sync.runner.dask
             cluster = f"the Dask scheduler {dask.address}" if dask.address else f"{dask.workers} local Dask workers"
             where = f"shards on {cluster}, {where} each"
+        if sync.state_url is not None:
+            where += f"; each shard's state copied to {sync.state_url} every {sync.checkpoint_every_s:g} s"
         return (
             f"copy what is missing or different from {self.loaded.storage('source')} to "
             f"{self.loaded.storage('target')} ({where}; shards: {shards}; delete extraneous: "
@@ -408,6 +603,7 @@ class DataSyncPhase(Phase):
         estimate = DataEstimate(sample=sample)
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
+        self.fetch_checkpoints(None)
         for shard in self.steps():
             result = run_sync(
                 self.loaded.storage("source"),
@@ -523,11 +719,53 @@ class DataSyncPhase(Phase):
             profiles=self.loaded.plan.profiles,
             settings=self.transfer_settings(step),
             state_dir=str(self.loaded.layout.state),
+            state_url=self._state_url(),
+            checkpoint_s=self.settings.checkpoint_every_s,
         )
+
+    def _state_url(self) -> str | None:
+        url = self.settings.state_url
+        return url if url is None or "://" in url else str(self.loaded.resolve(url))
+
+    def preflight(self) -> list[CheckResult]:
+        """The state_url answers with its credentials and can be written."""
+        url = self._state_url()
+        if url is None:
+            return []
+        try:
+            store = open_connector(url, self.loaded.plan.profiles)
+        except FerryError as exc:
+            return [CheckResult("preflight.state_storage_access", Status.FAIL, {"url": url}, evidence=[str(exc)])]
+        try:
+            return [check_storage_access("state", store)]
+        finally:
+            store.close()
+
+    def fetch_checkpoints(self, audit: AuditFolder | None) -> None:
+        """With a state_url: every shard's transfer state fetched from there into the plan's state directory (the
+        copy there is the newest: no worker writes this one), and the run's audit files this folder lacks (the
+        journals a rollback reads, written on other machines)."""
+        url = self._state_url()
+        if url is None:
+            return
+        store = StateStore(open_connector(url, self.loaded.plan.profiles))
+        try:
+            for step in self.steps():
+                name = self.step_spec(step).state_name()
+                store.restore(name, self.loaded.layout.state / name)
+            if audit is not None:
+                prefix = _audit_prefix(audit, self.name)
+                for name in store.names(prefix):
+                    local = audit.root / self.name / name.removeprefix(prefix)
+                    if not local.exists():
+                        store.restore(name, local)
+        finally:
+            store.close()
 
     def gate(self, audit: AuditFolder) -> list[CheckResult]:
         """Target against source for every shard: objects, bytes, size and checksum."""
         gate = self.gate_settings
+        self.fetch_checkpoints(audit)
         results = []
         for shard in self.steps():
             settings = self.transfer_settings(shard)
@@ -548,6 +786,7 @@ class DataSyncPhase(Phase):
 
     def undo(self, audit: AuditFolder, *, dry_run: bool, force: bool, stopping: threading.Event | None) -> Undo:
         """Delete every object the run's shards created and that is still what ferry wrote (each journal once)."""
+        self.fetch_checkpoints(audit)
         folder = audit.root / self.name
         # Every shard the run journalled, whatever the plan's shards are now.
         journals = sorted(j for j in folder.glob("created-*.jsonl") if not j.name.endswith(".undone.jsonl"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.scale import engine, list_ranges, plan_and_diff, render
+from bench.scale import engine, list_latency_bound, list_ranges, plan_and_diff, render
 
 
 def test_planning_and_diffing_keys_in_ranges_finds_every_key_once() -> None:
@@ -19,5 +19,8 @@ def test_the_engine_and_the_listing_on_ranges_measure_every_object_and_request(t
     one, eight = listed
     assert one["requests"] == 3 and one["probe_requests"] == 0  # 1,000 keys a page
     assert eight["ranges"] >= 8 and eight["probe_requests"] > 0 and eight["requests"] > eight["probe_requests"]
-    text = render(rows, [], listed)
+    bound = list_latency_bound(5_000)
+    assert [r["asked"] for r in bound] == [1, 8] and bound[1]["ranges"] >= 8
+    text = render(rows, [], listed + bound)
     assert "Scaling, 2 Dask workers against 1: " in text and f"| moto | {eight['ranges']} |" in text
+    assert "8 ranges against 1 on synthetic: " in text

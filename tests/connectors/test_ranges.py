@@ -8,9 +8,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from connectors.base import Part
 from connectors.registry import open_connector
-from connectors.transfer import TransferSettings, listing
-from connectors.transfer.ranges import boundaries_path, key_ranges, midpoint, probe, ranges
+from connectors.transfer import ObjectRecord, TransferSettings, TransferState, listing
+from connectors.transfer.ranges import boundaries_path, key_ranges, midpoint, probe, ranges, split_outgrown
+from connectors.transfer.state import UploadRecord
 from ferry.errors import PermanentError
 from ferry.profiles import Profile
 from tests.connectors.test_s3 import new_bucket
@@ -72,6 +74,40 @@ def test_ranges_are_kept_and_every_later_call_reads_them(tmp_path) -> None:
     # Asked again (another run, another worker, another count): the same ranges, no probe.
     source.list = None  # type: ignore[method-assign]
     assert key_ranges(source, "null://sink", "", 12, tmp_path) == first
+
+
+def test_an_outgrown_range_is_split_at_its_median_key_and_its_halves_take_its_rows(tmp_path) -> None:
+    """Objects, unfinished uploads and their parts go to the half their key lies in; the range's own file goes; a
+    range within its bound is left as it is."""
+    record = {"source": "s3://src", "target": "s3://dst", "prefix": "", "asked": 2, "boundaries": ["m"]}
+    path = boundaries_path(tmp_path, "s3://src", "s3://dst", "")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    low = TransferState(tmp_path, "s3://src", "s3://dst", "", ("", "m"))
+    for key in ("a", "b", "c", "d", "e"):
+        low.record_object(ObjectRecord(key, 1, "s", "d", None))
+    low.begin_upload(UploadRecord("e/big", "u-1", 10, "s", 5))
+    low.record_part("e/big", "u-1", Part(1, 5, "etag", 7))
+    low.close()
+    high = TransferState(tmp_path, "s3://src", "s3://dst", "", ("m", ""))
+    high.record_object(ObjectRecord("x", 1, "s", "d", None))
+    high.close()
+
+    assert split_outgrown(tmp_path, "s3://src", "s3://dst", "", 4) == [("", "m")]
+    assert ranges(json.loads(path.read_text())["boundaries"]) == [("", "c"), ("c", "m"), ("m", "")]
+    assert not low.path.exists() and high.path.exists()
+    first = TransferState(tmp_path, "s3://src", "s3://dst", "", ("", "c"))
+    second = TransferState(tmp_path, "s3://src", "s3://dst", "", ("c", "m"))
+    try:
+        assert [r.key for r in first.objects()] == ["a", "b", "c"]
+        assert [r.key for r in second.objects()] == ["d", "e"]
+        assert first.upload("e/big") is None
+        assert second.upload("e/big") == UploadRecord("e/big", "u-1", 10, "s", 5)
+        assert second.parts("e/big", "u-1") == [Part(1, 5, "etag", 7)]
+    finally:
+        first.close()
+        second.close()
+    assert split_outgrown(tmp_path, "s3://src", "s3://dst", "", 4) == []
 
 
 def test_a_source_whose_listing_cannot_seek_is_split_by_prefix_instead(tmp_path) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from connectors.base import Capabilities, GiB, MiB, ObjectInfo
-from connectors.checksum import combine_parts, crc32c
+from connectors.base import Capabilities, GiB, MiB, ObjectInfo, Part
+from connectors.checksum import combine_parts, crc32c, md5_hex
+from connectors.registry import open_connector
 from connectors.transfer import (
     COMPARE,
     COPY,
@@ -15,10 +17,13 @@ from connectors.transfer import (
     SKIP,
     LatencyHistogram,
     ObjectRecord,
+    Stats,
     TransferSettings,
     diff,
     part_size_for,
 )
+from connectors.transfer.retry import Recopy
+from connectors.transfer.route import Route, Upload
 from ferry.errors import PermanentError
 
 
@@ -211,3 +216,30 @@ def test_a_checksum_mismatch_is_copied_once_more_and_a_second_one_fails() -> Non
     assert len(recopied) == 2 and outcomes == ["never"]
     # An attempt that is not the first gets no other: what the large-object path asks.
     assert recopy.again(2, "k", ChecksumMismatch("late")) is False and len(recopied) == 2
+
+
+def test_a_listed_part_the_state_did_not_record_is_kept_only_where_the_store_proves_it(tmp_path: Path) -> None:
+    """A resumed upload's parts the store lists beyond the state's record (route.adopt_part): one with the store's
+    CRC32C is kept as listed; a streamed one whose ETag is the MD5 of the source's bytes at its span is kept (read
+    again, not sent again); a wrong size or an ETag that is no such MD5 (SSE-KMS, another body) is sent again."""
+    data = os.urandom(10_240)  # in parts of 4,096
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "blob").write_bytes(data)
+    source = open_connector(str(tmp_path / "src"), {})
+    target = open_connector(str(tmp_path / "dst"), {})
+    stats = Stats()
+    route = Route(source, target, TransferSettings(), stats, lambda fn, *a: fn(*a), Recopy(lambda: None))
+    upload = Upload("blob", source.stat("blob"), 4096, "stream", upload_id="u")
+    second = data[4096:8192]
+
+    listed = Part(number=2, size=4096, etag="not-an-md5", crc32c=crc32c(second))
+    assert route.adopt_part(upload, listed) is listed and stats.bytes_read == 0
+    proven = route.adopt_part(upload, Part(number=2, size=4096, etag=md5_hex(second), crc32c=None))
+    assert proven == Part(number=2, size=4096, etag=md5_hex(second), crc32c=crc32c(second))
+    assert stats.bytes_read == 4096
+    assert route.adopt_part(upload, Part(number=2, size=4096, etag=md5_hex(data[:4096]), crc32c=None)) is None
+    assert route.adopt_part(upload, Part(number=3, size=4096, etag=md5_hex(data[8192:]), crc32c=None)) is None
+    last = data[8192:]
+    assert route.adopt_part(upload, Part(number=3, size=len(last), etag=md5_hex(last), crc32c=None)) is not None
+    copied = Upload("blob", upload.info, 4096, "server", upload_id="u")
+    assert route.adopt_part(copied, Part(number=2, size=4096, etag=md5_hex(second), crc32c=None)) is None

@@ -12,6 +12,7 @@ with another CA's, or plain tcp://, does not.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -29,7 +30,7 @@ import yaml
 
 from checks.kube_schema import schema_errors
 from tests.controlplane.cluster import ControlPlane
-from tests.support import ROOT, _wait_port, free_port
+from tests.support import FERRY, ROOT, _wait_port, free_port
 
 K8S = ROOT / "deploy" / "k8s"
 WORK_POOL = ROOT / "deploy" / "work-pool.json"
@@ -253,23 +254,43 @@ def _client(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           timeout=120, check=False)  # fmt: skip
 
 
-def test_the_dask_cluster_speaks_mutual_tls_only(dask_tls: Path, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _dask_cluster(dask_tls: Path, folder: Path, env: dict[str, str], hide: Path | None = None) -> Iterator[int]:
+    """The manifests' scheduler (on loopback only: --host) and one worker, as their containers start them, with the
+    settings of env; the worker in a mount namespace of its own where `hide` is an empty folder (what a worker on
+    another machine sees of the driver's disk). Yields the scheduler's port; both are ended after."""
     port, worker_port, nanny_port = free_port(), free_port(), free_port()
-    env = _dask_env(dask_tls)
-    # The scheduler on loopback only (--host), else as the manifest starts it.
     scheduler = _command("dask-scheduler.yaml", {"8786": str(port)}) + ["--host", "127.0.0.1"]
     worker = _command("dask-worker.yaml", {
         "tls://ferry-dask-scheduler:8786": f"tls://127.0.0.1:{port}", "8788": str(worker_port),
-        "8789": str(nanny_port), "$(POD_NAME)": "ferry-dask-worker-test", "/tmp/dask": str(tmp_path / "dask"),
+        "8789": str(nanny_port), "$(POD_NAME)": "ferry-dask-worker-test", "/tmp/dask": str(folder / "dask"),
     })  # fmt: skip
+    if hide is not None:
+        worker = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs hidden "$0" && exec "$@"', str(hide), *worker]
     procs = []
     try:
-        for command, listens in ((scheduler, port), (worker, worker_port)):
-            with open(tmp_path / f"{command[1]}.log", "wb") as log:
+        for name, command, listens in (("scheduler", scheduler, port), ("worker", worker, worker_port)):
+            with open(folder / f"{name}.log", "wb") as log:
                 procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True))  # fmt: skip
-            _wait_port(listens, procs[-1], f"dask {command[1]}", timeout=60)
+            _wait_port(listens, procs[-1], f"dask {name}", timeout=60)
+        yield port
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
+
+def test_the_dask_cluster_speaks_mutual_tls_only(dask_tls: Path, tmp_path: Path) -> None:
+    env = _dask_env(dask_tls)
+    with _dask_cluster(dask_tls, tmp_path, env) as port:
         done = _client(f"tls://127.0.0.1:{port}", env)
         assert done.returncode == 0 and done.stdout.split() == ["6", "tls"], done.stderr[-3000:]
 
@@ -287,14 +308,53 @@ def test_the_dask_cluster_speaks_mutual_tls_only(dask_tls: Path, tmp_path: Path)
         bare = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
         unencrypted = _client(f"tcp://127.0.0.1:{port}", {**bare, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"})
         assert unencrypted.returncode != 0 and "CommClosedError" in unencrypted.stderr, unencrypted.stderr[-3000:]
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+
+
+def _ferry(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([FERRY, *args], env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+
+
+def test_a_plan_s_shards_run_on_a_worker_that_sees_none_of_the_driver_s_disk(
+    dask_tls: Path, tmp_path: Path, prefect_api: str, moto_env
+) -> None:
+    """`runner: {dask: {address: tls://...}}` on the manifests' scheduler and worker, the worker in a mount namespace
+    where the plan's folder (its state directory, the run's audit folder) is empty, as on another machine: the shards
+    keep their state and journals in state_url (a moto bucket), the driver gates the run and rolls it back from
+    there."""
+    s3 = moto_env.client("s3")
+    for bucket in ("remote-src", "remote-dst", "remote-state"):
+        s3.create_bucket(Bucket=bucket)
+    data = {f"{shard}/{i}.bin": os.urandom(1000 + i) for shard in "ab" for i in range(4)}
+    for key, body in data.items():
+        s3.put_object(Bucket="remote-src", Key=key, Body=body)
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    plan = driver / "migration.yaml"
+    plan.write_text(
+        "name: remote\nsource: {storage: 'moto://remote-src'}\ntarget: {storage: 'moto://remote-dst'}\n"
+        f"profiles: {{moto: {{type: s3, endpoint_url: '{moto_env.endpoint}'}}}}\n"
+        "phases:\n  data_sync:\n    shards: [a/, b/]\n    state_url: 'moto://remote-state/ferry'\n"
+        "    runner: {dask: {address: 'tls://127.0.0.1:PORT'}}\nretries: {attempts: 1, delay_s: 0}\n"
+    )
+    env = _dask_env(dask_tls, PREFECT_API_URL=prefect_api, PYTHONPATH=str(ROOT))
+    with _dask_cluster(dask_tls, tmp_path, env, hide=driver) as port:
+        plan.write_text(plan.read_text().replace("PORT", str(port)))
+        done = _ferry(env, "run", str(plan))
+        told = (done.stdout + done.stderr)[-3000:] + (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
+        assert done.returncode == 0 and "data_sync PASS" in done.stdout, told
+    copied = {o["Key"] for o in s3.list_objects_v2(Bucket="remote-dst")["Contents"]}
+    assert copied == set(data)
+    (run,) = (driver / ".ferry" / "runs").iterdir()
+    summary = json.loads((run / "data_sync" / "summary.json").read_text())
+    # Each shard ran on the worker (another process than the driver's), in a folder of its own.
+    assert {s["details"]["ran_on"].split(":")[1] for s in summary} != {str(os.getpid())}
+    stored = {o["Key"] for o in s3.list_objects_v2(Bucket="remote-state")["Contents"]}
+    assert {f"ferry/runs/{run.name}/data_sync/created-{shard}.jsonl" for shard in "ab"} <= stored, stored
+    # The worker wrote nothing into the run's audit folder (its shards' progress gauges stayed in its own); the
+    # journals came back from state_url, and the rollback deletes what the run created.
+    assert not list((run / "data_sync").glob("progress-*")), sorted(p.name for p in (run / "data_sync").iterdir())
+    assert (run / "data_sync" / "created-a.jsonl").exists()
+    undone = _ferry(env, "rollback", str(plan), "--phase", "data_sync", "--yes")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert s3.list_objects_v2(Bucket="remote-dst").get("Contents", []) == []

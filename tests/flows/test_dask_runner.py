@@ -3,6 +3,7 @@ no secret value), runs in a worker, and the results merge into one summary and o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -121,6 +122,66 @@ def test_a_password_in_a_url_does_not_travel_to_workers(tmp_path: Path) -> None:
     assert code == 2 and "source.storage" in err and "hunter2" not in err, out + err
 
 
+@pytest.mark.parametrize(
+    ("state_url", "problem"),
+    [
+        ("./dst/ferry-state", "lies inside target.storage"),
+        ("./src/.state", "lies inside source.storage"),
+        ("sftp://me:hunter2@host/state", "a URL with a password"),
+        ("gopher://host/state", "phases.data_sync.state_url"),
+    ],
+)
+def test_a_state_url_inside_what_is_synced_is_one_line(tmp_path: Path, state_url: str, problem: str) -> None:
+    tree(tmp_path)
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="state", source="./src", runner=f"threads\n    state_url: '{state_url}'"))
+    code, out, err = run_ferry("plan", "validate", str(plan))
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert problem in line and "hunter2" not in line, line
+
+
+def test_a_worker_that_does_not_see_the_audit_folder_keeps_the_shard_in_state_url(tmp_path: Path) -> None:
+    """A worker on another machine: it runs the shard in a folder of its own (flows.phase._run_step), copies the
+    state and journal to state_url (a shared path here); the driver fetches them for the gate and the rollback."""
+    from ferry.audit import AuditFolder
+    from ferry.phases.base import Reporter
+
+    files = tree(tmp_path)
+    plan_path = tmp_path / "migration.yaml"
+    plan_path.write_text(PLAN.format(name="remote", source="./src", runner="threads\n    state_url: ./shared"))
+    phase = open_phase(load_plan(plan_path), "data_sync")
+    (check,) = phase.preflight()
+    assert (check.name, check.status.value) == ("preflight.state_storage_access", "PASS"), check.to_dict()
+    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-1")
+    elsewhere = AuditFolder(tmp_path / "worker-disk" / "run-1")  # the worker's scratch folder of the run's name
+    for step in phase.steps():
+        phase.step_spec(step).run(elsewhere, Reporter())
+    assert sorted(p.name for p in (tmp_path / "shared" / "runs" / "run-1" / "data_sync").iterdir()) == [
+        f"{kind}-{shard}.{ext}" for shard in "abc" for kind, ext in (("created", "jsonl"),)
+    ] + [f"sync-{shard}.json" for shard in "abc"] + [f"target-{shard}.json" for shard in "abc"]
+    assert len(list((tmp_path / "shared" / "transfers").glob("*.sqlite"))) == 3
+    assert not (tmp_path / ".ferry" / "state" / "transfers").exists()
+    # The driver: the gate reads the shards' state fetched from state_url (its transfer-state check finds every
+    # object recorded), the rollback the journals.
+    results = phase.gate(audit)
+    assert {r.status.value for r in results} == {"PASS"}, [r.to_dict() for r in results]
+    assert (audit.root / "data_sync" / "created-a.jsonl").exists()
+    undo = phase.undo(audit, dry_run=False, force=False, stopping=None)
+    assert undo.failed == 0 and f"deleted {len(files)} object(s)" in undo.text, undo.text
+    assert not [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]
+
+
+def test_a_state_url_that_cannot_be_written_fails_preflight(tmp_path: Path) -> None:
+    tree(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder")
+    plan = tmp_path / "migration.yaml"
+    plan.write_text(PLAN.format(name="state", source="./src", runner="threads\n    state_url: ./a-file"))
+    (check,) = open_phase(load_plan(plan), "data_sync").preflight()
+    assert (check.name, check.status.value) == ("preflight.state_storage_access", "FAIL"), check.to_dict()
+    assert "a-file" in check.evidence[0], check.evidence
+
+
 def test_an_existing_scheduler_needs_the_prefect_api(tmp_path: Path) -> None:
     tree(tmp_path)
     plan = tmp_path / "migration.yaml"
@@ -156,9 +217,12 @@ def resumed(root: Path, moto, bucket: str, data: bytes, before: int) -> dict:
     details = shard["details"]
     multipart = details["multipart"]
     assert multipart["resumed_uploads"] == 1 and multipart["parts_resumed"] >= before, multipart
-    # The parts resumed were not read again (the 5-byte object beside it may have been copied by either run).
-    read = details["bytes"]["read_through_ferry"] - len(data) + multipart["parts_resumed"] * PART
-    assert read in (0, len(b"small")), details["bytes"]
+    # The parts resumed were not sent again; those the state recorded were not read again either (those the store's
+    # list of parts added were, to prove them). The 5-byte object beside it may have been copied by either run.
+    recorded = multipart["parts_resumed"] - multipart["parts_reconciled"]
+    read = details["bytes"]["read_through_ferry"] - len(data) + recorded * PART
+    written = details["bytes"]["written_through_ferry"] - len(data) + multipart["parts_resumed"] * PART
+    assert read in (0, len(b"small")) and written in (0, len(b"small")), details["bytes"]
     assert {r["status"] for r in json.loads((run / "data_sync" / "gate.json").read_text())} == {"PASS"}
     assert moto.client("s3").get_object(Bucket=bucket, Key="p/ckpt.bin")["Body"].read() == data
     return details
@@ -185,6 +249,68 @@ def test_a_worker_killed_mid_shard_its_shard_resumes_on_another(prefect_api, mot
     # Dask ran the shard again on a worker that lives; it resumed the upload from the shard's transfer state.
     details = resumed(tmp_path, moto_env, "dask-killed", data, before)
     assert not details["ran_on"].endswith(f":{worker.pid}")
+
+
+def checkpointed_parts(moto, bucket: str, prefix: str, into: Path) -> int:
+    """Parts the one shard's transfer state copied to state_url (bucket/prefix) records (0 before the first copy)."""
+    client = moto.client("s3")
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/transfers/").get("Contents", [])
+    if not listed:
+        return 0
+    (state,) = listed
+    copy = into / "checkpoint.sqlite"
+    copy.write_bytes(client.get_object(Bucket=bucket, Key=state["Key"])["Body"].read())
+    return _parts_in(copy)
+
+
+def _parts_in(path: Path) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute("SELECT count(*) FROM parts").fetchone()[0]
+
+
+def test_a_killed_worker_s_shard_resumes_from_state_url_on_another(prefect_api, moto_env, tmp_path) -> None:
+    """Workers keep a shard's transfer state on their own disk and copy it to state_url (a moto bucket here); the
+    worker that takes over a killed one's shard restores it from there, keeps the parts the checkpoint recorded and
+    those the store's list of parts proves, and the gate (on the driver, from the fetched copy) passes; the
+    rollback finds the created keys' journal there too."""
+    import psutil
+
+    moto_env.client("s3").create_bucket(Bucket="ferry-state")
+    plan = slow_copy_plan(
+        tmp_path,
+        "dask-state-url",
+        moto_env,
+        sync=", runner: {dask: {workers: 2}}, state_url: 'moto://ferry-state/runs-of-x', checkpoint_every_s: 0.5",
+    )
+    data = (tmp_path / "src" / "ckpt.bin").read_bytes()
+    ferry = Watched("run", str(plan), api=prefect_api)
+    deadline = time.monotonic() + 180
+    while checkpointed_parts(moto_env, "ferry-state", "runs-of-x", tmp_path) < 10 and time.monotonic() < deadline:
+        assert ferry.proc.poll() is None, "the run ended before its shard was checkpointed"
+        time.sleep(0.2)
+    # The worker holding the shard's state in its own scratch folder, not in the plan's state directory.
+    (worker,) = [
+        child
+        for child in psutil.Process(ferry.proc.pid).children(recursive=True)
+        if any("/ferry-shard-" in f.path and f.path.endswith(".sqlite") for f in child.open_files())
+    ]
+    assert not list((tmp_path / ".ferry" / "state").glob("transfers/*.sqlite"))
+    worker.kill()
+    worker.wait(30)
+    before = checkpointed_parts(moto_env, "ferry-state", "runs-of-x", tmp_path)
+    code, out, err = ferry.finish()
+    assert code == 0, (out + err)[-3000:]
+    details = resumed(tmp_path, moto_env, "dask-state-url", data, before)
+    assert not details["ran_on"].endswith(f":{worker.pid}")
+    (run,) = (tmp_path / ".ferry" / "runs").iterdir()
+    stored = {o["Key"] for o in moto_env.client("s3").list_objects_v2(Bucket="ferry-state")["Contents"]}
+    assert f"runs-of-x/runs/{run.name}/data_sync/created-all.jsonl" in stored, stored
+    code, out, err = run_ferry("rollback", str(plan), "--phase", "data_sync", "--yes", api=prefect_api)
+    assert code == 0, out + err
+    left = moto_env.client("s3").list_objects_v2(Bucket="dask-state-url").get("Contents", [])
+    assert left == [], left
 
 
 def test_ctrl_c_stops_the_workers_mid_shard_and_a_rerun_resumes(prefect_api, moto_env, tmp_path) -> None:
@@ -249,10 +375,11 @@ def test_ferry_s_dask_workers_are_not_profiled(monkeypatch) -> None:
     """Dask's sampling profiler deadlocks a worker with the garbage collector on CPython 3.11 before 3.11.9
     (python/cpython#106883): bench.scale hung a worker running the engine's 128 threads with it on. The driver's Dask
     config, which a local cluster's nannies hand their workers, turns it off."""
+    # distributed's defaults loaded first: leaving the block below restores the config as it found it, and would drop
+    # every `distributed.*` default an import inside the block had added, for every later test in this process (a
+    # LocalCluster then fails on `distributed.comm`, as CI found).
     import dask
-    import distributed  # noqa: F401  (its defaults loaded first: leaving the block below restores the config as it
-    # found it, and would drop every `distributed.*` default an import inside the block had added, for every later
-    # test in this process: a LocalCluster then fails on `distributed.comm`, as CI found)
+    import distributed  # noqa: F401
 
     from ferry.phases.base import Placement
     from flows.cluster import task_runner

@@ -90,6 +90,7 @@ class PhaseCase(abc.ABC):
     def run(self, run: str) -> list[StepResult]:
         """Every step of a run, through the contract, as the pipeline runs them (no Prefect)."""
         phase, audit = self.phase(), self.audit(run)
+        phase.prepare()
         return [phase.run(step, audit, Reporter()) for step in phase.steps()]
 
 

@@ -99,6 +99,47 @@ def test_key_ranges_are_the_steps_and_stay_the_same_for_every_run(tmp_path: Path
     assert "key ranges probed from the source the first time" in again.summary()
 
 
+@pytest.mark.parametrize("state_url", [None, "./shared"])
+def test_a_range_that_outgrew_its_bound_is_split_and_its_halves_resume_from_its_state(
+    tmp_path: Path, state_url: str | None
+) -> None:
+    kept = f", state_url: {state_url}" if state_url else ""
+
+    class Bounded(KeyRangesCase):
+        def write_plan(self, root: Path) -> Path:
+            plan = root / "migration.yaml"
+            plan.write_text(
+                "name: bounded\nsource: {storage: 'synthetic://400x1K'}\ntarget: {storage: ./dst}\n"
+                f"phases:\n  data_sync: {{shards: auto, ranges: 2, range_max_objects: 150{kept}}}\n"
+            )
+            return plan
+
+    case = Bounded(tmp_path)
+    first = case.run("first")
+    assert sum(r.details["objects"]["copied"] for r in first) == 400
+    counts = [r.details["objects"]["copied"] for r in first]
+    assert max(counts) > 150, counts  # a range beyond the bound (the probe splits key space, not objects)
+    transfers = tmp_path / ".ferry" / "state" / "transfers"
+    states_before = {p.name for p in transfers.glob("*.sqlite")}
+    # The next run splits it before its steps: its halves take over its rows, so nothing is copied again.
+    second = case.run("second")
+    assert len(second) > len(first)
+    objects = [r.details["objects"] for r in second]
+    assert sum(o["copied"] for o in objects) == 0 and sum(o["skipped"] for o in objects) == 400, objects
+    assert sum(o["adopted"] for o in objects) == 0, objects  # found in the halves' states, not proven afresh
+    assert {r.status.value for r in case.phase().gate(case.audit("second"))} == {"PASS"}
+    states_after = {p.name for p in transfers.glob("*.sqlite")}
+    assert len(states_after) == len(second) and states_after != states_before
+    # Every later run (another process) keeps the split ranges; none is beyond the bound twice over.
+    phase = case.phase()
+    assert phase.steps() == [f"range-{i}" for i in range(1, len(second) + 1)]
+    assert max(o["skipped"] for o in objects) <= max(counts) // 2 + 1
+    if state_url:
+        # The copies where workers find them: the halves' states and the new ranges; the split range's is gone.
+        shared = {p.name for p in (tmp_path / "shared" / "transfers").iterdir()}
+        assert shared == states_after | {p.name for p in transfers.glob("ranges-*.json")}, shared
+
+
 @pytest.mark.parametrize("shape", ["1x1K", "2x1K"])
 def test_a_source_of_one_or_two_keys_is_synced_whole_in_its_ranges(tmp_path: Path, shape: str) -> None:
     class Tiny(KeyRangesCase):
