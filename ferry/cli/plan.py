@@ -196,8 +196,9 @@ def plan_estimate(
         Path | None, typer.Option("--html", help="Also write the quote as one HTML page (with the sizes chart)")
     ] = None,
 ) -> None:
-    """What data_sync would copy, copy again and delete, the requests it would send, and their price: from the run's
-    own listing and diff (a dry run, nothing written to either end); kept for `ferry plan show`."""
+    """What data_sync would copy, copy again and delete, the requests it would send and their price, from the run's
+    own listing and diff (a dry run), and how long it would take, from a bounded probe into a scratch prefix of the
+    target that it removes (--no-probe: nothing written anywhere); kept for `ferry plan show`."""
     logs.configure()  # the engine's log lines on stderr: stdout is the estimate alone (JSON, CSV)
     loaded = load_plan(path)
     plan = loaded.plan

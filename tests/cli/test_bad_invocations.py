@@ -80,6 +80,8 @@ CASES = [
     ("sync log format", ["sync", "src", "out", "--log-format", "xml"], 2, "'xml' is not one of console, json"),
     ("run log format", ["run", "plan.yaml", "--log-format", "xml"], 2, "'xml' is not one of console, json"),
     ("estimate format", ["plan", "estimate", "plan.yaml", "--format", "xml"], 2, "'xml' is not one of table, json"),
+    ("estimate prices", ["plan", "estimate", "plan.yaml", "--prices", "nosuch.yaml"], 2, "nosuch.yaml: cannot read"),
+    ("estimate probe size", ["plan", "estimate", "plan.yaml", "--probe-bytes", "12Q"], 2, "'12Q' is not a size"),
     ("unknown URL scheme", ["sync", "src", "nosuch://bucket/x"], 2, "unknown scheme 'nosuch'"),
     ("URL without a bucket", ["sync", "src", "s3://"], 2, "no bucket or container"),
     ("missing local source", ["sync", "no-such-dir", "out"], 2, "no such directory"),
