@@ -17,6 +17,7 @@ from typing import Any
 from connectors.base import ARCHIVE_CLASSES, REQUEST_CLASSES, Connector, ObjectInfo
 from connectors.transfer.route import Route
 from connectors.transfer.settings import part_size_for
+from ferry.errors import PermanentError
 
 KiB = 1 << 10
 # The size buckets of the histogram: each bucket holds sizes up to its edge (the last, everything above).
@@ -53,6 +54,8 @@ class Forecast:
     # Large objects whose part size the source decides when the copy begins (a multipart ETag, streamed): their
     # parts are counted at the plan's part size, and the HEADs that learn the source's as one (S3 may need three).
     source_part_sizes: int = 0
+    # Objects no part size the target allows can carry: the run fails each, sending nothing for it.
+    too_large: int = 0
     # Copies in an archive class (ARCHIVE_CLASSES), by class: [objects, bytes]; a run cannot read them before a
     # restore. And copies in Intelligent-Tiering, whose archive tiers a listing does not tell.
     archived: dict[str, list[int]] = field(default_factory=dict)
@@ -75,7 +78,12 @@ class Forecast:
                 target["put"] += 1
                 mode = "stream"  # a whole object is never pulled from a URL
         else:
-            parts = math.ceil(size / part_size_for(size, route.settings, route.target)) or 1
+            try:
+                parts = math.ceil(size / part_size_for(size, route.settings, route.target)) or 1
+            except PermanentError:  # the run fails it (TooLarge): nothing sent for it
+                with self.lock:
+                    self.too_large += 1
+                return
             source["stat"] += 1
             target["begin"] += 1
             target["complete"] += 1
@@ -121,7 +129,7 @@ class Forecast:
         """Fold another shard's forecast into this one."""
         with self.lock:
             for name in ("copies", "bytes", "recopies", "recopy_bytes", "deletes", "delete_bytes", "multipart_objects",
-                         "multipart_bytes", "parts", "source_part_sizes", "tiering"):  # fmt: skip
+                         "multipart_bytes", "parts", "source_part_sizes", "tiering", "too_large"):  # fmt: skip
                 setattr(self, name, getattr(self, name) + getattr(other, name))
             for bucket, (objects, size) in other.sizes.items():
                 _tally(self.sizes, bucket, objects, size)
@@ -157,6 +165,7 @@ class Forecast:
             "multipart_parts": self.parts,
             "bytes_by_route": dict(self.by_route),
             "source_part_sizes": self.source_part_sizes,
+            "objects_too_large": self.too_large,
             "archived": {kind: {"objects": n, "bytes": size} for kind, (n, size) in sorted(self.archived.items())},
             "intelligent_tiering_objects": self.tiering,
         }

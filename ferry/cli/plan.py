@@ -238,6 +238,8 @@ def _print_estimate(figures: dict[str, Any]) -> None:
     ):
         data.add_row(what, f"{figures[objects]:,}", _bytes(figures[size]))
     data.add_row("in parts (multipart)", f"{figures['multipart_objects']:,}", f"{figures['multipart_parts']:,} parts")
+    if figures["objects_too_large"]:
+        data.add_row("too large for the target's parts (the run fails them)", f"{figures['objects_too_large']:,}", "")
     out.print(data)
     sizes = Table("size", "objects", "bytes", title="copies by size")
     low = "0"

@@ -99,3 +99,11 @@ def test_the_engines_counters_are_every_request_on_the_wire(moto_env, tmp_path) 
         on_the_wire = proxy.requests - seen
     assert proxy.injected == 0 and run.stats.retries == 0
     assert sum(run.stats.requests["target"].values()) == on_the_wire == sum(estimate.requests["target"].values())
+
+
+def test_an_object_no_part_size_can_carry_is_said_not_counted(tmp_path) -> None:
+    # 60 TiB: over what 10,000 parts of at most 5 GiB hold; the run would fail it, sending nothing for it.
+    estimate = run_sync(
+        "synthetic://1x60T+2x1K", "null://too-large", TransferSettings(dry_run=True), profiles={}, state_dir=tmp_path
+    )
+    assert (estimate.forecast.too_large, estimate.forecast.copies, estimate.forecast.parts) == (1, 2, 0)
