@@ -48,6 +48,7 @@ bench: $(STAMP) servers
 	$(PY) -m bench.run
 	$(PY) -m bench.resume
 	$(PY) -m bench.scale
+	$(PY) -m bench.quote
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,12 @@ from ferry.profiles import Profile
 
 GiB = 1 << 30
 MiB = 1 << 20
+# The classes price lists bill a store's requests in (a HEAD is billed as a GET, a DELETE is free; multipart calls
+# are those that begin, complete, abort or list an upload): what a connector that counts its requests counts them in.
+REQUEST_CLASSES = ("LIST", "HEAD", "GET", "PUT", "COPY", "MULTIPART", "DELETE", "OTHER")
+# Storage classes whose objects must be restored before they can be read (S3's Glacier Flexible Retrieval and Deep
+# Archive); Intelligent-Tiering's archive tiers are not told by a listing (a HEAD says them).
+ARCHIVE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
 # Seconds a network store's request waits for the next bytes before it fails as transient (a profile's
 # read_timeout_s changes it).
 READ_TIMEOUT_S = 120.0
@@ -46,6 +52,8 @@ class ObjectInfo:
     # What the store itself says of the bytes, by kind (below): the proofs that an object another tool wrote
     # equals the source's, so that it is adopted instead of copied again. None when the call did not fetch them.
     digests: Mapping[str, str] | None = None
+    # The store's storage class as a listing says it (S3's STANDARD, GLACIER, DEEP_ARCHIVE...); None where unknown.
+    storage_class: str | None = None
 
 
 # The kinds of digest a store gives: full-object checksums S3 computes or keeps (its base64 form), the MD5 of the
@@ -108,6 +116,9 @@ class Connector(abc.ABC):
 
     kind: str = ""
     capabilities: Capabilities = Capabilities()
+    # The requests one call of the contract sends, by class (REQUEST_CLASSES), as a run without faults makes it;
+    # empty for a connector that does not count its requests (requests_sent None).
+    call_requests: Mapping[str, Mapping[str, int]] = {}
 
     def __init__(self, url: str):
         # The name used in every message, report and state key: never with a password in it.
@@ -171,6 +182,23 @@ class Connector(abc.ABC):
         """Yield (key, upload_id) of multipart uploads begun under the root and never finished."""
 
     # -- optional, per capabilities ---------------------------------------------------------
+    def requests_sent(self) -> dict[str, int] | None:
+        """The requests sent so far, by class (REQUEST_CLASSES), retries included; None where they are not counted."""
+        return None
+
+    def default_encryption(self) -> str | None:
+        """How the store encrypts objects by default, where the connector can tell (one request): S3's algorithm
+        (`aws:kms`, `AES256`), `aws:kms bucket-key` with an S3 Bucket Key; None where it cannot tell or none is set."""
+        return None
+
+    def region(self) -> str | None:
+        """The region the store's requests are signed for or sent to, where the connector knows it (no request)."""
+        return None
+
+    def copy_checks_source(self, info: ObjectInfo) -> bool:
+        """Whether copy_from(source, info, ...) stats the source to check the copy (one more request there)."""
+        return False
+
     def network_host(self) -> str | None:
         """The host name this connector's requests go to; None when it reaches no network."""
         return None

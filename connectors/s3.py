@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import threading
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
 from xml.etree import ElementTree as ET
@@ -41,7 +42,7 @@ from connectors.base import (
     join_key,
 )
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
-from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, TransientError, UsageError
+from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, TransientError, UsageError
 from ferry.net import in_words
 from ferry.profiles import Profile
 
@@ -176,6 +177,23 @@ _FIELD_OF = {
 # Endpoints that wrote without echoing the CRC32C ferry sent, once trusted to: each falls back to Content-MD5 for
 # the rest of the process (never a write checked by neither).
 _NO_ECHO: set[str] = set()
+# S3's operations by the class its price list bills them in (connectors/base.py's REQUEST_CLASSES); others: OTHER.
+_REQUEST_CLASS = {
+    "ListObjectsV2": "LIST",
+    "ListParts": "LIST",
+    "ListMultipartUploads": "LIST",
+    "HeadObject": "HEAD",
+    "HeadBucket": "HEAD",
+    "GetObject": "GET",
+    "PutObject": "PUT",
+    "UploadPart": "PUT",
+    "CopyObject": "COPY",
+    "UploadPartCopy": "COPY",
+    "CreateMultipartUpload": "MULTIPART",
+    "CompleteMultipartUpload": "MULTIPART",
+    "AbortMultipartUpload": "MULTIPART",
+    "DeleteObject": "DELETE",
+}
 
 
 class S3Connector(Connector):
@@ -194,6 +212,19 @@ class S3Connector(Connector):
         max_single_put=5 * GiB,
         listing_seeks=True,
     )
+    call_requests = {
+        "stat": {"HEAD": 1},
+        "part_size": {"HEAD": 1},
+        "get": {"GET": 1},
+        "open_range": {"GET": 1},
+        "put": {"PUT": 1},
+        "put_part": {"PUT": 1},
+        "copy_from": {"COPY": 1},
+        "copy_part_from": {"COPY": 1},
+        "begin": {"MULTIPART": 1},
+        "complete": {"MULTIPART": 1},
+        "delete": {"DELETE": 1},
+    }
 
     def __init__(
         self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
@@ -250,6 +281,10 @@ class S3Connector(Connector):
         # region, which the CRT must sign for (botocore follows a bucket to its region by itself; the CRT does not).
         self._crt_ready: bool | None = None
         self._crt_lock = threading.Lock()
+        # Every request sent, by class: botocore's calls (each page of a listing one) and the CRT's.
+        self._sent: Counter[str] = Counter()
+        self._sent_lock = threading.Lock()
+        self.client.meta.events.register("before-call.s3", self._count_call)
 
     def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
         """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
@@ -354,6 +389,35 @@ class S3Connector(Connector):
     def network_host(self) -> str | None:
         return urlsplit(self.endpoint).hostname
 
+    def _count_call(self, model, **_event) -> None:
+        # botocore's before-call event: one per call of the client (ferry's retries call it again).
+        self._count(model.name)
+
+    def _count(self, operation: str) -> None:
+        with self._sent_lock:
+            self._sent[_REQUEST_CLASS.get(operation, "OTHER")] += 1
+
+    def requests_sent(self) -> dict[str, int] | None:
+        with self._sent_lock:
+            return dict(self._sent)
+
+    def region(self) -> str | None:
+        return self.client.meta.region_name
+
+    def default_encryption(self) -> str | None:
+        try:
+            answer = self._call(self.url, self.client.get_bucket_encryption)
+        except FerryError:  # none set, or not ours to read: not told
+            return None
+        rules = answer["ServerSideEncryptionConfiguration"]["Rules"]
+        algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
+        return f"{algorithm} bucket-key" if rules[0].get("BucketKeyEnabled") else algorithm
+
+    def copy_checks_source(self, info: ObjectInfo) -> bool:
+        # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise
+        # the source's checksum, from one HEAD when the listing did not give it.
+        return info.checksum is None and (bool(self._encryption) or not _plain_md5(info.signature))
+
     def _call(self, what: str, method, **kwargs):
         try:
             return method(Bucket=self.bucket, **kwargs)
@@ -396,7 +460,8 @@ class S3Connector(Connector):
                 for item in page.get("Contents", ()):
                     key = item["Key"][len(base) :]
                     if key:
-                        yield ObjectInfo(key=key, size=item["Size"], signature=item["ETag"].strip('"'))
+                        etag, storage_class = item["ETag"].strip('"'), item.get("StorageClass")
+                        yield ObjectInfo(key=key, size=item["Size"], signature=etag, storage_class=storage_class)
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, self._what(prefix)) from None
 
@@ -410,6 +475,7 @@ class S3Connector(Connector):
             query["start-after"] = base + start_after
         while True:
             what, args = self._what(prefix), urlencode(sorted(query.items()), quote_via=quote)
+            self._count("ListObjectsV2")
             try:
                 page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, [])[1])
             except s3_crt.Failure as exc:
@@ -424,7 +490,8 @@ class S3Connector(Connector):
                 key = decode(item.findtext(f"{ns}Key") or "")[len(base) :]
                 if key:
                     size, etag = int(item.findtext(f"{ns}Size") or 0), item.findtext(f"{ns}ETag") or ""
-                    yield ObjectInfo(key=key, size=size, signature=etag.strip('"'))
+                    storage_class = item.findtext(f"{ns}StorageClass")
+                    yield ObjectInfo(key=key, size=size, signature=etag.strip('"'), storage_class=storage_class)
             token = page.findtext(f"{ns}NextContinuationToken")
             if page.findtext(f"{ns}IsTruncated") != "true" or not token:
                 return
@@ -574,6 +641,7 @@ class S3Connector(Connector):
                 headers += [(f"x-amz-meta-{k}", v) for k, v in value.items()]
             else:
                 headers.append((_HEADER_OF[name], value))
+        self._count(operation)
         try:
             answer, _ = self._crt.send(operation, "PUT", self._full(key), query, headers, data)
         except s3_crt.Failure as exc:

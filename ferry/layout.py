@@ -61,6 +61,15 @@ class StateLayout:
         """The digest map plan's images phase publishes (`ferry/digest_map.py`)."""
         return self.root / "images" / plan / "digests.json"
 
+    def last_bundle(self) -> Path | None:
+        """The bundle the newest run that rendered manifests wrote in its audit folder; None before any."""
+        bundles = sorted((self.root / "runs").glob("*/manifests/bundle.yaml"), key=lambda p: p.stat().st_mtime)
+        return bundles[-1] if bundles else None
+
+    def estimate(self, plan: str) -> Path:
+        """The last quote `ferry plan estimate` made of plan (`ferry plan show` prints it, with its age)."""
+        return self.root / "estimates" / f"{plan}.json"
+
     @property
     def buildah(self) -> Path:
         """buildah's own storage (vfs), kept between runs as its layer cache."""

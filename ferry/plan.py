@@ -177,6 +177,22 @@ class Retries(_Strict):
     delay_s: float = Field(default=10.0, ge=0, le=3600)
 
 
+class PricedEnd(_Strict):
+    """Whose prices an end is billed by, where its endpoint does not say it (`ferry plan estimate`)."""
+
+    provider: str | None = Field(default=None, min_length=1)
+    region: str | None = Field(default=None, min_length=1)
+
+
+class Pricing(_Strict):
+    """How `ferry plan estimate` prices the plan: negotiated prices over the shipped list prices (a file of the shape
+    of ferry/quote/prices.yaml), and each end's provider and region where its endpoint does not tell them."""
+
+    prices: FilePath | None = None
+    source: PricedEnd = Field(default_factory=PricedEnd)
+    target: PricedEnd = Field(default_factory=PricedEnd)
+
+
 class Plan(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     source: SourceSide
@@ -192,6 +208,7 @@ class Plan(_Strict):
     strict: bool = False
     retries: Retries = Field(default_factory=Retries)
     state_dir: FilePath = ".ferry"
+    pricing: Pricing = Field(default_factory=Pricing)
 
     @field_validator("schedule")
     @classmethod

@@ -19,6 +19,7 @@ from connectors.base import Connector, redact_url
 from connectors.registry import open_connector
 from connectors.transfer import (
     Action,
+    Forecast,
     Stats,
     Transfer,
     TransferSettings,
@@ -40,6 +41,10 @@ class SyncResult:
     settings: TransferSettings
     stats: Stats
     gate: CheckResult
+    # The copies and deletes the diff decided, and the requests a run sends each end for them (a dry run's figures
+    # are the estimate of the run after it; for a run, of itself).
+    forecast: Forecast
+    requests: dict[str, dict[str, int] | None]
     report_path: Path | None = None
 
     @property
@@ -104,7 +109,9 @@ def run_sync(
         state.close()
         source.close()
         target.close()
-    result = SyncResult(source_url, target_url, settings, stats, gate)
+    ends = {"source": source, "target": target}
+    requests = {side: transfer.forecast.requests(side, end, stats.requests.get(side)) for side, end in ends.items()}
+    result = SyncResult(source_url, target_url, settings, stats, gate, transfer.forecast, requests)
     result.report_path = write_report(
         result,
         report_path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import threading
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from connectors.base import Connector, ObjectInfo, Part, WriteSpec
 from connectors.checksum import combine_parts, label, parse
 from connectors.transfer.adopt import READING, prove
 from connectors.transfer.diff import COMPARE, COPY, DELETE, EQUAL, SKIP, Action, diff
+from connectors.transfer.forecast import Forecast
 from connectors.transfer.retry import Recopy, listing, read_digests, retrying
 from connectors.transfer.route import Route, Upload
 from connectors.transfer.scheduler import Parts, Scheduler, Slot
@@ -94,6 +96,13 @@ class Transfer:
         self._retrying = retrying(settings, on_retry=self._note_retry)
         self._recopy = Recopy(on_recopy=lambda: self.stats.add(recopied_after_mismatch=1))
         self._route = Route(source, target, settings, self.stats, self._call, self._recopy)
+        # Every copy and delete decided, with the calls the route makes for it (what a dry run's estimate reads).
+        self.forecast = Forecast()
+        self._sent_before = {"source": source.requests_sent(), "target": target.requests_sent()}
+
+    def in_parts(self, size: int) -> bool:
+        """Whether an object of size goes in parts (a multipart upload) on this transfer's route."""
+        return not self._route.whole(size)
 
     def _note_retry(self) -> None:
         self.stats.add(retries=1)
@@ -138,6 +147,10 @@ class Transfer:
         finally:
             finished.set()
             self.state.flush()
+            self.stats.requests = {
+                side: _since(before, connector.requests_sent())
+                for (side, before), connector in zip(self._sent_before.items(), (self.source, self.target), strict=True)
+            }
         return self.stats
 
     def _watch(self, stop: threading.Event, finished: threading.Event) -> None:
@@ -156,7 +169,8 @@ class Transfer:
         counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
         target = listing(self.target, self.settings, self._note_retry)
         records = self.state.objects()
-        for action in diff(counted, target, records, self.settings):
+        actions = diff(counted, target, records, self.settings)
+        for action in itertools.islice(actions, self.settings.sample) if self.settings.dry_run else actions:
             if self._sched.aborted:
                 return
             if self.on_action is not None:
@@ -199,6 +213,7 @@ class Transfer:
         assert action.src is not None
         size = action.src.size
         self.stats.add(to_copy=1, bytes_to_copy=size)
+        self.forecast.copy(action.src, action.dst, self._route)
         if self.settings.dry_run:
             return
         if self._route.whole(size):
@@ -386,6 +401,7 @@ class Transfer:
         if self.on_action is not None:
             self.on_action(copy)
         self.stats.add(to_copy=1, bytes_to_copy=src.size)
+        self.forecast.copy(src, dst, self._route)
         if self.settings.dry_run:
             return
         if self._route.whole(src.size):
@@ -416,6 +432,7 @@ class Transfer:
 
     def _submit_delete(self, action: Action) -> None:
         self.stats.add(deleted=1)
+        self.forecast.delete(action.dst)
         if self.settings.dry_run:
             return
 
@@ -430,6 +447,13 @@ class Transfer:
         self._sched.submit(0, delete)
 
 
+def _since(before: dict[str, int] | None, now: dict[str, int] | None) -> dict[str, int] | None:
+    """The requests sent between two counts of one connector, by class (None where it does not count them)."""
+    if before is None or now is None:
+        return None
+    return {kind: n - before.get(kind, 0) for kind, n in now.items() if n - before.get(kind, 0)}
+
+
 def abort_incomplete(target: Connector) -> list[tuple[str, str]]:
     """Abort every unfinished multipart upload under the target's root; return what was aborted."""
     aborted = []
@@ -440,3 +464,12 @@ def abort_incomplete(target: Connector) -> list[tuple[str, str]]:
             continue
         aborted.append((key, upload_id))
     return aborted
+
+
+def remove_all(target: Connector) -> str:
+    """Delete every object under the target's root and abort its unfinished uploads; say what was done."""
+    keys = [info.key for info in target.list()]
+    for key in keys:
+        target.delete(key)
+    aborted = abort_incomplete(target)
+    return f"deleted {len(keys)} object(s) and aborted {len(aborted)} unfinished upload(s) under {target.url}"

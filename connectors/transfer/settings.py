@@ -49,6 +49,8 @@ class TransferSettings:
     checksum: bool = False
     delete: bool = False
     dry_run: bool = False
+    # A dry run's bound: only the first this many keys of the diff, in key order (a sampled estimate); None: all.
+    sample: int | None = None
     # Only keys under this prefix (a shard of the key space); "" is everything.
     prefix: str = ""
     # ...and, for a key range of it (connectors/transfer/ranges.py), only keys after start_after and up to end_at
@@ -62,6 +64,8 @@ class TransferSettings:
     url_expiry_s: int = 6 * 3600
 
     def __post_init__(self) -> None:
+        if self.sample is not None and (not self.dry_run or self.sample < 1):
+            raise ValueError("sample bounds a dry run: at least 1 key, and dry_run set")
         for knob in fields(self):
             value, limits = getattr(self, knob.name), bounds(knob.name)
             if value is None:

@@ -75,6 +75,9 @@ class Stats:
     bytes_server_side: int = 0
     bytes_url_pulled: int = 0
     url_copy: str = "not attempted"
+    # The requests the run sent to each end ("source", "target"), by class, as the connectors counted them, retries
+    # included (None for a connector that does not count them); set when the run ends.
+    requests: dict[str, dict[str, int] | None] = field(default_factory=dict)
     # Stopped before the end (Ctrl-C, SIGTERM, a cancelled run): what is recorded is kept for the next run.
     interrupted: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -153,6 +156,7 @@ class Stats:
                 "parts_reconciled": self.parts_reconciled,
             },
             "retries": self.retries,
+            "requests": dict(self.requests),
             "url_copy": self.url_copy,
             "interrupted": self.interrupted,
             "duration_s": round(elapsed, 3),

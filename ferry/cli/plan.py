@@ -1,21 +1,30 @@
-"""`ferry plan validate` and `ferry plan show`: a plan checked, and explained before it runs."""
+"""`ferry plan validate`, `ferry plan show` and `ferry plan estimate`: a plan checked, explained and quoted before it
+runs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.filesize import decimal
 from rich.table import Table
 
-from ferry.cli.console import out
-from ferry.errors import UsageError
+from ferry import logs
+from ferry.cli.console import err, out
+from ferry.errors import FerryError, UsageError
 from ferry.phases.base import open_phase
 from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
+from ferry.quote.cost import SIDES, in_words
+from ferry.quote.estimate import REQUESTS_NOTE, cached, csv_text, save
+from ferry.quote.probe import run_probe
+from ferry.quote.report import write_html
 from ferry.results import Status
+from ferry.units import format_size, parse_size
 
 app = typer.Typer(no_args_is_help=True, help="Check and explain a migration plan.")
 
@@ -61,8 +70,11 @@ def plan_validate(
 def plan_show(
     path: Annotated[Path, typer.Argument(help="The plan file")],
     preflight: Annotated[bool, typer.Option("--preflight/--no-preflight", help="Run the preflight checks")] = True,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="From the plan alone: no change set read from storage or APIs")
+    ] = False,
 ) -> None:
-    """The resolved plan (secrets masked), what each phase will do, and the preflight checks."""
+    """The resolved plan (secrets masked), what each phase will do and would change now, and the preflight checks."""
     loaded = load_plan(path)
     plan = loaded.plan
     out.rule(f"plan {plan.name} ({path})")
@@ -72,6 +84,8 @@ def plan_show(
     for phase in phases:
         pause = " (pauses for approval first)" if phase.name in plan.approve_before else ""
         out.print(f"{phase.name}{pause}: {phase.summary()}", markup=False, highlight=False)
+    # Without preflight too, plan show reads the plan alone (and writes nothing, not even the transfer state).
+    _print_changes(loaded, phases, offline or not preflight)
     t = loaded.target
     out.print(
         f"target profile {t.name}: {len(t.base_images)} base image rule(s); GPU resource {t.gpu_resource}; "
@@ -101,3 +115,206 @@ def plan_show(
         out.print(table)
         if any(result.status == Status.FAIL for result in results):
             raise typer.Exit(1)
+
+
+def _print_changes(loaded, phases: list, offline: bool) -> None:
+    """What each phase would change now: data_sync's last estimate with its age where there is one, else each
+    phase's change set (a dry run), unless offline."""
+    out.rule("what would change now")
+    kept = cached(loaded.layout.estimate(loaded.plan.name))
+    for phase in phases:
+        if phase.name == "data_sync" and kept is not None:
+            figures, age = kept
+            said = (
+                f"data_sync (the estimate of {_age(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
+                "`ferry plan estimate` makes a new one): copy "
+                f"{figures['objects_to_copy']:,} object(s), {figures['bytes_to_copy']:,} bytes ("
+                f"{figures['objects_to_recopy']:,} again), delete {figures['objects_to_delete']:,}; "
+                f"{in_words(figures)}; duration P50 {_seconds(figures['duration_p50_s'])}, P90 "
+                f"{_seconds(figures['duration_p90_s'])}"
+            )
+        elif offline:
+            said = f"{phase.name}: not read (--offline or --no-preflight)"
+        else:
+            try:
+                said = phase.changes().text
+            except FerryError as exc:
+                said = f"{phase.name}: its change set could not be read: {exc}"
+        out.print(said, markup=False, highlight=False)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}(s)"
+    return f"{int(seconds)} second(s)"
+
+
+def _seconds(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:,} s"
+
+
+def _check_size(value: str) -> str:
+    """A size option's value, or typer's usage error (exit 2) naming the option."""
+    try:
+        parse_size(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _check_format(value: str) -> str:
+    """--format's value, or typer's usage error (exit 2) naming the option."""
+    if value not in ("table", "json", "csv"):
+        raise typer.BadParameter(f"{value!r} is not one of table, json, csv")
+    return value
+
+
+@app.command("estimate")
+def plan_estimate(
+    path: Annotated[Path, typer.Argument(help="The plan file")],
+    output_format: Annotated[
+        str, typer.Option("--format", callback=_check_format, help="table (the terminal), json or csv")
+    ] = "table",
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Negotiated prices over the list prices (and the plan's file)")
+    ] = None,
+    probe_seconds: Annotated[
+        float, typer.Option("--probe-seconds", min=1, max=3600, help="How long the throughput probe copies at most")
+    ] = 60,
+    probe_bytes: Annotated[
+        str, typer.Option("--probe-bytes", callback=_check_size, help="How many bytes the probe copies at most")
+    ] = "2G",
+    no_probe: Annotated[
+        bool, typer.Option("--no-probe", help="No probe: nothing written to the target; the duration not measured")
+    ] = False,
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", min=1, help="Only the first N keys of each shard: a bounded estimate, said so"),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the quote as one HTML page (with the sizes chart)")
+    ] = None,
+) -> None:
+    """What data_sync would copy, copy again and delete, the requests it would send and their price, from the run's
+    own listing and diff (a dry run), and how long it would take, from a bounded probe into a scratch prefix of the
+    target that it removes (--no-probe: nothing written anywhere); kept for `ferry plan show`."""
+    logs.configure()  # the engine's log lines on stderr: stdout is the estimate alone (JSON, CSV)
+    loaded = load_plan(path)
+    plan = loaded.plan
+    if "data_sync" not in plan.enabled_phases():
+        raise UsageError(f"{path}: phases.data_sync: the plan moves no data, so there is nothing to estimate")
+    phase = open_phase(loaded, "data_sync")
+    table = phase.price_table(prices)  # a bad prices file stops here, before anything is listed
+    estimate, _ = phase.estimate(sample)
+    probe = None
+    if not no_probe:
+        sample = phase.probe_plan(probe_seconds, parse_size(probe_bytes))
+        err.print(sample.describe(), markup=False, highlight=False)
+        probe = run_probe(sample, plan.profiles)
+    figures = phase.quote(estimate, probe, table)
+    save(loaded.layout.estimate(plan.name), figures)
+    if html is not None:
+        write_html(html, figures)
+    if output_format == "json":
+        out.print_json(json.dumps(figures))
+    elif output_format == "csv":
+        out.print(csv_text(figures), end="", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _print_estimate(figures)
+
+
+def _print_estimate(figures: dict[str, Any]) -> None:
+    """The estimate as the terminal shows it: the data, its sizes, the requests by class."""
+    out.rule(f"estimate of {figures['plan']} ({figures['estimated_at']}, {figures['shards']} shard(s))")
+    if figures["sample"] is not None:
+        out.print(f"SAMPLE: {figures['sample_note']}", markup=False, highlight=False)
+    data = Table("", "objects", "bytes", title="data")
+    for what, objects, size in (
+        ("listed in the source", "objects_listed", "bytes_listed"),
+        ("to copy", "objects_to_copy", "bytes_to_copy"),
+        ("of which copied again (changed)", "objects_to_recopy", "bytes_to_recopy"),
+        ("to delete from the target", "objects_to_delete", "bytes_to_delete"),
+    ):
+        data.add_row(what, f"{figures[objects]:,}", _bytes(figures[size]))
+    data.add_row("in parts (multipart)", f"{figures['multipart_objects']:,}", f"{figures['multipart_parts']:,} parts")
+    if figures["objects_too_large"]:
+        data.add_row("too large for the target's parts (the run fails them)", f"{figures['objects_too_large']:,}", "")
+    out.print(data)
+    sizes = Table("size", "objects", "bytes", title="copies by size")
+    low = "0"
+    for row in figures["size_histogram"]:
+        span = f"over {low}" if row["up_to"] is None else f"{low} to {format_size(row['up_to'])}"
+        sizes.add_row(span, f"{row['objects']:,}", _bytes(row["bytes"]))
+        low = format_size(row["up_to"]) if row["up_to"] else low
+    out.print(sizes)
+    requests = Table("requests", "source", "target", title="requests by class")
+    ends = [figures["requests"][side] for side in ("source", "target")]
+    kinds = sorted({kind for end in ends if end for kind in end})
+    for kind in kinds:
+        requests.add_row(kind, *("not counted" if end is None else f"{end.get(kind, 0):,}" for end in ends))
+    if not kinds:
+        requests.add_row("(none)", *("not counted" if end is None else "0" for end in ends))
+    out.print(requests)
+    out.print(f"Requests: {REQUESTS_NOTE}.", markup=False, highlight=False)
+    money = Table("", figures["currency"], title="cost (list prices unless overridden)")
+    egress = f"egress ({_bytes(figures['egress_bytes'])} leave the source)"
+    money.add_row(egress, _usd(figures["egress_usd"]))
+    waiver = figures["egress_usd_with_exit_waiver"]
+    money.add_row("egress with the provider's exit waiver, if granted", _usd(waiver, "no exit waiver known"))
+    for side in SIDES:
+        money.add_row(f"requests to the {side}", _usd(figures["requests_usd"][side]))
+    for kind, held in figures["restore"].items():
+        hours = f", up to {held['hours']} h" if held["hours"] is not None else ""
+        money.add_row(f"restore {held['objects']:,} {kind} object(s) first{hours}", _usd(held["usd"]))
+    if figures["kms"] is not None:
+        reads = figures["kms"]["decrypt_requests"]
+        said = "not counted" if reads is None else f"{reads:,}"
+        money.add_row(f"KMS Decrypt requests reading the SSE-KMS source ({said})", _usd(figures["kms"]["usd"]))
+    money.add_row("total (egress, requests, restores, KMS)", _usd(figures["total_usd"]))
+    money.add_row("target storage per month", _usd(figures["storage_usd_per_month"]))
+    money.add_row("this estimate's own requests", _usd(figures["estimate_usd"]))
+    out.print(money)
+    probe = figures["probe"]
+    if probe is None:
+        out.print("duration: not measured (--no-probe)", markup=False, highlight=False)
+    else:
+        rates = (
+            f"probe: {probe['objects']:,} object(s), {_bytes(probe['bytes'])} in {probe['seconds']:.1f} s "
+            f"({_rate(probe['objects_per_s'], 'objects/s')} whole, {_rate(probe['bytes_per_s'], 'bytes/s')} in "
+            f"parts); {probe['cleanup']}"
+        )
+        out.print(rates, markup=False, highlight=False)
+        for problem in probe["problems"]:
+            out.print(f"probe problem: {problem}", markup=False, highlight=False)
+        if figures["duration_p50_s"] is None:
+            out.print(f"duration: {figures['duration_bound']}", markup=False, highlight=False)
+        else:
+            said = (
+                f"duration of the data phase: P50 {figures['duration_p50_s']:,} s, P90 {figures['duration_p90_s']:,} s"
+                f" (bound by {figures['duration_bound']}; listing {figures['listing_s']:,} s of it)"
+            )
+            out.print(said, markup=False, highlight=False)
+    out.print(f"cut-over churn: {figures['churn']}", markup=False, highlight=False)
+    pricing = figures["pricing"]
+    for side in SIDES:
+        end = pricing[side]
+        if end["prices_from"]:
+            said = f"{end['provider']} {end['region'] or ''}: {end['prices_from']}, taken {end['taken']}"
+            out.print(f"{side} prices: {said}", markup=False, highlight=False)
+    for note in figures["notes"]:
+        out.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _rate(value: float | None, unit: str) -> str:
+    return "not measured" if value is None else f"{value:,.1f} {unit}"
+
+
+def _usd(value: float | None, missing: str = "not priced") -> str:
+    if value is None:
+        return missing
+    return "under 0.01" if 0 < value < 0.005 else f"{value:,.2f}"
+
+
+def _bytes(size: int) -> str:
+    return f"{size:,} ({decimal(size)})"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.registry import open_connector
-from connectors.transfer import Stats, Transfer, TransferSettings, TransferState, abort_incomplete
+from connectors.transfer import Stats, Transfer, TransferSettings, TransferState, remove_all
 from ferry.errors import FerryError
 from ferry.files import write_atomic
 from ferry.interrupts import failpoint
@@ -138,11 +138,7 @@ def cleanup(target_url: str, profiles: Mapping[str, Profile]) -> str:
     """Delete every object under target_url and abort its unfinished uploads; say what was done."""
     target = open_connector(target_url, profiles)
     try:
-        keys = [info.key for info in target.list()]
-        for key in keys:
-            target.delete(key)
-        aborted = abort_incomplete(target)
-        return f"deleted {len(keys)} object(s) and aborted {len(aborted)} unfinished upload(s) under {target.url}"
+        return remove_all(target)
     finally:
         target.close()
 

@@ -7,14 +7,13 @@ portability audit per workload, blockers first.
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from ferry.audit import AuditFolder, gate_markdown
+from ferry.charts import png
 from ferry.golive.portability.report import by_workload, counts
 from ferry.results import CheckResult, Status
 
@@ -38,12 +37,6 @@ def markdown(title: str, verdict: Status, results: list[CheckResult], page: Path
     return "\n".join(head) + gate_markdown("golive", results)
 
 
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
 def latency_chart(latency: dict, p99_us: float) -> str:
     """The round-trip histogram (log scale) with p50, p99, p99.9 and the threshold marked; base64 PNG."""
     from matplotlib.figure import Figure
@@ -62,7 +55,7 @@ def latency_chart(latency: dict, p99_us: float) -> str:
     axes.set_ylabel("samples")
     axes.set_title(f"{latency['protocol'].upper()} round trips, n={latency['samples']} (nearest-rank)")
     axes.legend(fontsize=8)
-    return _png(figure)
+    return png(figure)
 
 
 def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str:
@@ -84,7 +77,7 @@ def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str
     axes.set_xticks([0, 1], ["write", "read (dots: per shard)"])
     axes.set_ylabel("GB/s (10^9 bytes/s)")
     axes.set_title(f"checkpoint {checkpoint['bytes'] / 1e9:.3g} GB in {checkpoint['shards']} shards")
-    return _png(figure)
+    return png(figure)
 
 
 def portability_rows(record: dict) -> list[dict[str, Any]]:

@@ -337,3 +337,29 @@ def render_rbac(mapping: Mapping, plan: str) -> list[dict]:
             }
         )
     return docs
+
+
+def _roles_by_subject(docs: list[dict]) -> dict[str, set[str]]:
+    """Each RoleBinding subject (`Kind/name`) and the roles it is bound to."""
+    roles: dict[str, set[str]] = {}
+    for doc in docs:
+        if doc.get("kind") == "RoleBinding":
+            for subject in doc.get("subjects") or []:
+                roles.setdefault(f"{subject['kind']}/{subject['name']}", set()).add(doc["roleRef"]["name"])
+    return roles
+
+
+def binding_changes(rendered: list[dict], published: list[dict]) -> dict[str, list[str]]:
+    """What publishing rendered would do to the bindings published before, per subject: added (with its roles),
+    changed (the roles before and after), removed (with the roles it loses)."""
+    new, old = _roles_by_subject(rendered), _roles_by_subject(published)
+    words = ", ".join
+    return {
+        "add": [f"{s} ({words(sorted(new[s]))})" for s in sorted(new.keys() - old.keys())],
+        "change": [
+            f"{s} ({words(sorted(old[s]))} -> {words(sorted(new[s]))})"
+            for s in sorted(new.keys() & old.keys())
+            if new[s] != old[s]
+        ],
+        "remove": [f"{s} ({words(sorted(old[s]))})" for s in sorted(old.keys() - new.keys())],
+    }

@@ -158,11 +158,12 @@ def dry_run(cluster: ClusterApi, objects: list[dict]) -> None:
         except NotServed:
             continue  # its CustomResourceDefinition comes in an earlier wave
         except PermanentError as exc:
-            if not _job_replaced(obj, exc):
+            if not job_replaced(obj, exc):
                 raise
 
 
-def _job_replaced(obj: dict, exc: PermanentError) -> bool:
+def job_replaced(obj: dict, exc: PermanentError) -> bool:
+    """Whether the server refused obj, a Job, for its changed pod template (immutable): the apply replaces it."""
     return obj["kind"] == "Job" and exc.code == "422" and bool(_TEMPLATE_IMMUTABLE.search(str(exc)))
 
 
@@ -186,7 +187,7 @@ def apply_in_waves(
         try:
             _, left, taken = cluster.apply(obj)
         except PermanentError as exc:
-            if not _job_replaced(obj, exc):
+            if not job_replaced(obj, exc):
                 raise
             action, left, taken = "replaced", [], []
             record(key, obj["kind"], action)

@@ -44,6 +44,10 @@ from ferry.interrupts import one_by_one
 from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, StepResult, StepSpec, Undo
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
+from ferry.quote.cost import SIDES, ends, in_words, priced
+from ferry.quote.estimate import DataEstimate
+from ferry.quote.pricing import PriceTable, price_table
+from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
 from ferry.results import CheckResult, Status
 from ferry.sync import delete_created, run_sync
 
@@ -624,9 +628,11 @@ class DataSyncPhase(Phase):
             f"({'re-reading every object' if gate.deep_verify else 'sizes, checksums, transfer state'})"
         )
 
-    def changes(self) -> Changes:
-        """A dry run of every shard: what would be copied and deleted."""
-        totals = {"objects_to_copy": 0, "bytes_to_copy": 0, "objects_to_delete": 0}
+    def estimate(self, sample: int | None = None) -> tuple[DataEstimate, dict[str, int]]:
+        """A dry run of every shard (the run's own listing, diff and route decisions): what a run would copy, copy
+        again and delete, and the requests it would send; with the objects it would adopt, by proof. sample: only
+        the first this many keys of each shard, in key order (a bounded estimate, its figures not scaled)."""
+        estimate = DataEstimate(sample=sample)
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
         self.fetch_checkpoints(None)
@@ -634,15 +640,87 @@ class DataSyncPhase(Phase):
             result = run_sync(
                 self.loaded.storage("source"),
                 self.loaded.storage("target"),
-                self.transfer_settings(shard, dry_run=True),
+                dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
                 profiles=self.loaded.plan.profiles,
                 state_dir=self.loaded.layout.state,
             )
-            totals["objects_to_copy"] += result.stats.to_copy
-            totals["bytes_to_copy"] += result.stats.bytes_to_copy
-            totals["objects_to_delete"] += result.stats.deleted
-            for proof, n in result.stats.adopted_by.items():
+            stats = result.stats
+            # The engine's own time, on the clock a run's report keeps (duration_s): listing and diff.
+            seconds = stats.summary()["duration_s"]
+            estimate.add(
+                result.forecast, result.requests, stats.requests, stats.objects_listed, stats.bytes_listed, seconds
+            )
+            for proof, n in stats.adopted_by.items():
                 proofs[proof] += n
+        return estimate, proofs
+
+    def endpoints(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each end's host and region as its connector knows them, sending no request (what a quote is priced by)."""
+        ends = {}
+        for role in ("source", "target"):
+            connector = open_connector(self.loaded.storage(role), self.loaded.plan.profiles)
+            try:
+                ends[role] = (connector.network_host(), connector.region())
+            finally:
+                connector.close()
+        return ends
+
+    def source_encryption(self) -> str | None:
+        """The source's default encryption, where its connector can tell (one request): KMS reads are priced by it."""
+        source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        try:
+            return source.default_encryption()
+        finally:
+            source.close()
+
+    def price_table(self, prices: Path | None = None) -> PriceTable:
+        """The list prices with the plan's negotiated file over them, and prices (a file) over both."""
+        named = self.loaded.plan.pricing.prices
+        return price_table(*([self.loaded.resolve(named)] if named else []), *([prices] if prices else []))
+
+    def quote(self, estimate: DataEstimate, probe: Probe | None, table: PriceTable) -> dict[str, Any]:
+        """The estimate's figures, the probe's and the duration from them, priced by table: `plan estimate`'s
+        figures (JSON values)."""
+        pricing = self.loaded.plan.pricing
+        named = {side: (getattr(pricing, side).provider, getattr(pricing, side).region) for side in SIDES}
+        source, target = ends(table, self.endpoints(), named).values()
+        forecast = estimate.forecast
+        whole = forecast.copies - forecast.multipart_objects
+        data = {
+            **estimate.figures(),
+            "source_default_encryption": self.source_encryption(),
+            "probe": None if probe is None else probe.to_dict(),
+            **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
+            # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.
+            "churn": "not applicable: the plan has no cut-over",
+        }
+        return {"plan": self.loaded.plan.name, **data, **priced(data, source, target)}
+
+    def probe_plan(self, seconds: float, max_bytes: int) -> ProbePlan:
+        """What the throughput probe would copy, at the plan's settings, into a scratch prefix of the target."""
+        return plan_probe(
+            self.loaded.storage("source"),
+            self.loaded.storage("target"),
+            self.loaded.plan.profiles,
+            self.transfer_settings(""),
+            seconds=seconds,
+            max_bytes=max_bytes,
+        )
+
+    def files(self) -> dict[tuple, Path]:
+        prices = self.loaded.plan.pricing.prices
+        return {("pricing", "prices"): self.loaded.resolve(prices)} if prices else {}
+
+    def changes(self) -> Changes:
+        """A dry run of every shard: what would be copied and deleted, priced by the plan's price table."""
+        estimate, proofs = self.estimate()
+        figures = self.quote(estimate, None, self.price_table())
+        forecast = estimate.forecast
+        totals = {
+            "objects_to_copy": forecast.copies,
+            "bytes_to_copy": forecast.bytes,
+            "objects_to_delete": forecast.deletes,
+        }
         adopted = ""
         if any(proofs.values()):
             by = ", ".join(f"{proof} {n}" for proof, n in proofs.items() if n)
@@ -650,7 +728,7 @@ class DataSyncPhase(Phase):
         text = (
             f"data_sync will copy {totals['objects_to_copy']} object(s), {totals['bytes_to_copy']:,} bytes, "
             f"from {self.loaded.storage('source')} to {self.loaded.storage('target')}"
-            f" and delete {totals['objects_to_delete']} object(s) there.{adopted}"
+            f" and delete {totals['objects_to_delete']} object(s) there; {in_words(figures)}.{adopted}"
         )
         return Changes(text, totals)
 

@@ -122,18 +122,37 @@ class GolivePhase(Phase):
         return "; ".join(parts) + "; then the go-live report (Markdown and HTML). A SKIP counts as WARN."
 
     def changes(self) -> Changes:
-        """What the run creates for a while (and removes): checkpoint bytes, probe Jobs, extra replicas."""
+        """What the run measures, and what it creates for a while (and removes): the checkpoint bytes under their
+        prefix, the probe Jobs, the Deployment (or autoscaler) it scales, by name."""
         s = self.settings
+        cluster = self.loaded.plan.target.cluster
         totals = {
             "checkpoint_bytes": s.checkpoint.size if s.checkpoint else 0,
-            "probe_jobs": 2 if s.latency and s.latency.jobs and self.loaded.plan.target.cluster else 0,
-            "replicas": s.autoscaling.replicas if s.autoscaling and self.loaded.plan.target.cluster else 0,
+            "probe_jobs": 2 if s.latency and s.latency.jobs and cluster else 0,
+            "replicas": s.autoscaling.replicas if s.autoscaling and cluster else 0,
         }
+        measured = ["each image's CUDA toolkit against the driver"]
+        touched = []
+        if s.latency:
+            measured.append(f"{s.latency.protocol.upper()} round trips ({s.latency.samples:,} samples)")
+        if s.checkpoint:
+            place = checkpoint.run_url(self.loaded.storage("target"), s.checkpoint.prefix, "<run>")
+            measured.append("checkpoint write and read speed")
+            touched.append(f"writes {totals['checkpoint_bytes']:,} bytes under {place}, then deletes them")
+        if totals["probe_jobs"]:
+            touched.append(f"runs a probe Job pair in namespace {cluster.namespace}, then deletes it")
+        if totals["replicas"]:
+            a = s.autoscaling
+            what = (
+                f"raises HorizontalPodAutoscaler {a.hpa}'s minReplicas"
+                if a.hpa
+                else f"scales Deployment {a.deployment}"
+            )
+            measured.append(f"scale-up of {a.deployment}")
+            touched.append(f"{what} in namespace {cluster.namespace} to {a.replicas}, then restores it")
         text = (
-            f"golive will write and then delete {totals['checkpoint_bytes']:,} bytes on "
-            f"{self.loaded.storage('target')}, run {totals['probe_jobs']} probe Job(s) and scale "
-            f"{s.autoscaling.deployment if s.autoscaling else 'no Deployment'} to {totals['replicas']} replica(s), "
-            "restoring it afterwards."
+            f"golive measures {'; '.join(measured)}; it {'; '.join(touched) or 'touches nothing'}; nothing else "
+            "changes."
         )
         return Changes(text, totals)
 

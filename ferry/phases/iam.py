@@ -34,7 +34,7 @@ from ferry.errors import UsageError
 from ferry.iam.aws import DEFAULT_AWS_SERVICES, PER_PRINCIPAL_KEYS, aws_iam_call, aws_principals, fetch_aws_details
 from ferry.iam.azure import azure_principals, role_definitions
 from ferry.iam.ldap import ldap_principals
-from ferry.iam.model import Level, Mapping, Principal, map_principals, render_rbac
+from ferry.iam.model import Level, Mapping, Principal, binding_changes, map_principals, render_rbac
 from ferry.iam.sources import read_export
 from ferry.interrupts import failpoint
 from ferry.phases.base import Changes, Phase, Reporter, StepResult, Undo
@@ -177,6 +177,8 @@ class IamPhase(Phase):
         )
 
     def changes(self) -> Changes:
+        """The mapping's totals, and per subject the bindings it would add, change and remove against those the
+        plan published before."""
         mapping = self.mapping()
         totals = mapping.totals()
         per_role: dict[str, int] = {}
@@ -192,6 +194,12 @@ class IamPhase(Phase):
             f"{totals['unresolved']} unresolved, {totals['conditional']} conditional, {totals['widened']} widened, "
             f"{totals['ambiguous']} ambiguous."
         )
+        published = self.published()
+        before = list(yaml.safe_load_all(published.read_text(encoding="utf-8"))) if published.exists() else []
+        diff = binding_changes(render_rbac(mapping, self.loaded.plan.name), [d for d in before if d])
+        against = "against the published bindings" if published.exists() else "nothing published yet"
+        said = "; ".join(f"{what} {len(items)}: {', '.join(items)}" for what, items in diff.items() if items)
+        text += f" Bindings {against}: {said or 'no change'}."
         return Changes(text, totals)
 
     def preflight(self) -> list[CheckResult]:

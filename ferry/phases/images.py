@@ -100,15 +100,28 @@ class ImagesPhase(Phase):
         )
 
     def changes(self) -> Changes:
+        """What a run would push: each image rebuilt (a new digest) or unchanged (the target holds its content
+        hash), each copy with the source's digest or unchanged, by digest."""
         builds = [(entry, self._prepare(entry, None)) for entry in self.settings.dockerfiles]
         rebuild = [entry.image for entry, prepared in builds if not prepared.up_to_date]
         copies = self._expand_copies()
-        to_copy = [c for c in copies if self._digest(c.target) != self._digest(c.source)]
+        digests = {c.name: (self._digest(c.source), self._digest(c.target)) for c in copies}
+        to_copy = [c for c in copies if digests[c.name][0] != digests[c.name][1]]
         unmapped = sorted({f"{e.path}: {u.image or u.written}" for e, p in builds for u in p.rebased.unmapped})
+        each = [
+            f"{entry.image}: unchanged ({self._digest(prepared.target)})" if prepared.up_to_date
+            else f"{entry.image}: rebuild (new digest)"
+            for entry, prepared in builds
+        ]  # fmt: skip
+        for c in copies:
+            source, target = digests[c.name]
+            held = f"the target holds {target}" if target else "not in the target"
+            each.append(f"{c.name}: unchanged ({target})" if source == target else f"{c.name}: copy {source} ({held})")
         text = (
             f"images will rebuild {len(rebuild)} of {len(builds)} image(s) "
             f"({', '.join(rebuild) or 'none'}) and copy {len(to_copy)} of {len(copies)}"
             f" ({', '.join(c.name for c in to_copy) or 'none'}); unmapped bases: {', '.join(unmapped) or 'none'}"
+            f". Each: {'; '.join(each) or 'none'}."
         )
         return Changes(text, {"rebuild": len(rebuild), "copy": len(to_copy)})
 

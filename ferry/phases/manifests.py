@@ -34,6 +34,7 @@ from ferry.errors import FerryError, UsageError
 from ferry.files import Journal, write_atomic
 from ferry.interrupts import one_by_one
 from ferry.kube import ClusterApi, api_client, kubeconfig_path
+from ferry.manifests import preview
 from ferry.manifests.apply import (
     apply_in_waves,
     changed_since,
@@ -189,17 +190,27 @@ class ManifestsPhase(Phase):
         return to_apply(cluster, found, bindings, self.loaded.plan.name, target.namespace)
 
     def changes(self) -> Changes:
+        """Object by object: created, changed (with the fields), unchanged, left out; against the cluster by a
+        server-side dry run where there is one, else against the last rendered bundle."""
         rendering = self.render()
+        left_out = [f"{doc.label} ({doc.left_out})" for doc in rendering.left_out]
         if self.loaded.plan.target.cluster is None:
-            text = f"manifests will render {len(rendering.documents)} object(s); no cluster: nothing is applied"
+            last = self.loaded.layout.last_bundle()
+            rendered = [obj for obj in yaml.safe_load_all(rendering.bundle()) if obj]
+            if last is None:
+                said = f"no earlier rendering to compare with: {len(rendered)} object(s) rendered"
+            else:
+                diff = preview.against_bundle(rendered, last.read_text(encoding="utf-8"))
+                said = f"against the rendering of run {last.parent.parent.name}: {preview.in_words(diff, left_out)}"
+            text = f"manifests will render {len(rendering.documents)} object(s); no cluster: nothing is applied; {said}"
             return Changes(text, {"rendered": len(rendering.documents)})
         cluster = self.cluster()
-        totals = {"create": 0, "update": 0}
-        for obj in self.objects(rendering, cluster):
-            meta = obj["metadata"]
-            exists = cluster.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-            totals["update" if exists else "create"] += 1
-        text = f"manifests will create {totals['create']} and update {totals['update']} object(s) in waves"
+        diff = preview.against_cluster(cluster, self.objects(rendering, cluster))
+        totals = {"create": len(diff["created"]), "update": sum(len(v) for k, v in diff.items() if k != "created")}
+        text = (
+            f"manifests will create {totals['create']} and update {totals['update']} object(s) in waves; by a "
+            f"server-side dry run: {preview.in_words(diff, left_out)}"
+        )
         return Changes(text, totals)
 
     # -- a run ------------------------------------------------------------------------------------------

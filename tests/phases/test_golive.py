@@ -261,6 +261,25 @@ def test_checkpoint_sizes_as_written(tmp_path, size: str, shards: int, total: in
     assert phase.changes().totals["checkpoint_bytes"] == total
 
 
+def test_its_change_set_names_what_it_measures_and_everything_it_touches(tmp_path) -> None:
+    golive = {
+        "checkpoint": {"size": "1M", "shards": 2, "prefix": "ckpt/"},
+        "autoscaling": {"deployment": "trainer", "replicas": 4, "hpa": "trainer-hpa"},
+        "latency": {"jobs": True, "samples": 100},
+    }
+    cluster = {"context": "c", "namespace": "ml"}
+    said = open_phase(load_plan(plan_file(tmp_path, golive, cluster=cluster)), "golive").changes().text
+    assert said == (
+        "golive measures each image's CUDA toolkit against the driver; TCP round trips (100 samples); checkpoint "
+        "write and read speed; scale-up of trainer; it writes 1,048,576 bytes under "
+        f"{tmp_path / 'dst'}/ckpt/<run>/, then deletes them; runs a probe Job pair in namespace ml, then deletes it; "
+        "raises HorizontalPodAutoscaler trainer-hpa's minReplicas in namespace ml to 4, then restores it; nothing "
+        "else changes."
+    )
+    quiet = open_phase(load_plan(plan_file(tmp_path, {})), "golive").changes()
+    assert quiet.text.endswith("it touches nothing; nothing else changes.") and quiet.empty
+
+
 def test_an_unreachable_probe_server_and_a_failed_read_back_are_not_passes(tmp_path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

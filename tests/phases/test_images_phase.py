@@ -71,11 +71,15 @@ def test_rebuild_copy_publish_gate_then_skip(registries: Registries, tmp_path: P
     before = open_phase(load_plan(plan), "images").changes()
     assert before.totals == {"rebuild": 1, "copy": 3}
     assert "rebuild 1 of 1 image(s) (trainer:2024.06)" in before.text
+    assert "trainer:2024.06: rebuild (new digest)" in before.text
+    assert "tokenizer:1.0: copy sha256:" in before.text and "(not in the target)" in before.text
     phase, audit, summaries = _run_all(plan, "r1")
     assert [(s.details["pushed"], s.details["skipped"], s.details["images"], s.changed) for s in summaries] == [
         (4, 0, 4, True)
     ]
-    assert phase.changes().empty
+    after = phase.changes()
+    assert after.empty
+    assert "trainer:2024.06: unchanged (sha256:" in after.text and "tokenizer:1.0: unchanged (sha256:" in after.text
 
     # The rebuilt image, read back from the target registry.
     target = Registry(regs.tgt, insecure=True)

@@ -279,7 +279,12 @@ def test_rollout_in_waves_then_rollback_restores_exactly(control_plane: ControlP
         "subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]\n"
     )
     phase = _phase(plan)
-    assert phase.changes().totals == {"create": 4, "update": 4}
+    preview = phase.changes()
+    assert preview.totals == {"create": 4, "update": 4}
+    assert "by a server-side dry run: created 4: " in preview.text
+    assert f"ConfigMap/{ns}/trainer-config (data.EPOCHS, metadata.labels)" in preview.text
+    assert f"Job/{ns}/preprocess (spec.template: the Job is replaced, its template immutable)" in preview.text
+    assert _state(control_plane, ns) == before, "the dry run changes nothing"
     audit, gate = _run(phase, tmp_path)
     assert all(r.status == Status.PASS for name, r in gate.items() if name != "manifests.warnings"), gate
 

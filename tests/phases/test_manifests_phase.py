@@ -84,6 +84,23 @@ def test_without_a_cluster_it_renders_and_validates_only(tmp_path: Path) -> None
     assert phase.rollback(audit).text == "nothing to undo: run run-1 applied nothing to a cluster"
 
 
+def test_its_change_set_is_object_by_object_against_the_last_rendering(tmp_path: Path) -> None:
+    plan = _write_plan(tmp_path)
+    assert _phase(plan).changes().text.endswith("no earlier rendering to compare with: 7 object(s) rendered")
+    _phase(plan).run("run", AuditFolder(tmp_path / ".ferry" / "runs" / "run-1"), Reporter())
+    assert _phase(plan).changes().text.endswith(
+        "against the rendering of run run-1: unchanged 7: Namespace/ai-training-v4; ServiceAccount/ai-training-v4/"
+        "trainer; ConfigMap/ai-training-v4/trainer-config; Secret/ai-training-v4/trainer-secrets; "
+        "PersistentVolumeClaim/ai-training-v4/checkpoints; Deployment/ai-training-v4/trainer; "
+        "Job/ai-training-v4/preprocess"
+    )
+    app = tmp_path / "k8s" / "app.yaml"
+    app.write_text(app.read_text().replace("  replicas: 2", "  replicas: 3"))
+    said = _phase(plan).changes().text
+    assert "changed 1: Deployment/ai-training-v4/trainer (spec.replicas). unchanged 6: " in said
+    assert not (tmp_path / ".ferry" / "runs" / "run-1" / "manifests" / "bundle.yaml").read_text().count("replicas: 3")
+
+
 def test_the_images_phase_digest_map_pins_images_and_the_policy_checks_it(tmp_path: Path) -> None:
     from ferry import digest_map
 
