@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import threading
 import urllib.request
@@ -85,6 +86,8 @@ def _answered(what: str, code: str, message: str, status: int, headers: Mapping[
         return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
     if code in _NOT_FOUND_CODES:
         return NotFoundError(line, code=code)
+    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's source is the listed version
+        return PermanentError(f"{what}: the source changed since it was listed", code="Changed")
     return PermanentError(line, code=code)
 
 
@@ -221,6 +224,13 @@ class S3Connector(Connector):
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, url) from None
         self.endpoint = self.client.meta.endpoint_url
+        # STS (who ferry runs as) at the profile's endpoint where it names one, as the S3 client is.
+        self._sts = functools.partial(
+            session.client,
+            "sts",
+            endpoint_url=client_kwargs.get("endpoint_url"),
+            region_name=client_kwargs.get("region_name"),
+        )
         credentials = session.get_credentials()
         self._identity = (self.endpoint, credentials.access_key if credentials else None)
         # The receipt check of a write: "crc32c" trusts the store to verify the CRC32C sent and checks its echo;
@@ -716,6 +726,8 @@ class S3Connector(Connector):
             self.client.copy_object,
             Key=self._full(key),
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
+            # Only the version the listing saw: another one is a change (PreconditionFailed), copied by the next run.
+            CopySourceIfMatch=info.signature,
             MetadataDirective="COPY",
             ChecksumAlgorithm="CRC32C",
             **self._encryption,
@@ -744,6 +756,7 @@ class S3Connector(Connector):
             UploadId=upload_id,
             PartNumber=number,
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
+            CopySourceIfMatch=info.signature,
             CopySourceRange=f"bytes={start}-{start + length - 1}",
         )
         result = response["CopyPartResult"]
@@ -751,6 +764,31 @@ class S3Connector(Connector):
         return Part(
             number=number, size=length, etag=result["ETag"].strip('"'), crc32c=from_b64(native) if native else None
         )
+
+    # -- the bucket's policy (a cut-over's freeze) ------------------------------------------------
+    def bucket_policy(self) -> str | None:
+        """The bucket's policy document as the store holds it; None when it has none."""
+        try:
+            return self._call(f"{self.url}: bucket policy", self.client.get_bucket_policy)["Policy"]
+        except PermanentError as exc:
+            if exc.code == "NoSuchBucketPolicy":
+                return None
+            raise
+
+    def set_bucket_policy(self, policy: str | None) -> None:
+        """Put policy on the bucket, or delete the bucket's policy when policy is None."""
+        what = f"{self.url}: bucket policy"
+        if policy is None:
+            self._call(what, self.client.delete_bucket_policy)
+        else:
+            self._call(what, self.client.put_bucket_policy, Policy=policy)
+
+    def caller_arn(self) -> str:
+        """The ARN of the identity this connector's requests are signed as (STS GetCallerIdentity)."""
+        try:
+            return self._sts().get_caller_identity()["Arn"]
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"{self.url}: who ferry runs as (sts:GetCallerIdentity)") from None
 
     def presign(self, key: str, expires_s: int) -> str:
         return self.client.generate_presigned_url(

@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,6 @@ def run_sync(
 
     A set stop event ends the copy early (what was verified is kept); the result says it was interrupted.
     """
-    source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
-    state = TransferState(state_dir, source.url, target.url, settings.prefix, settings.key_range)
     seen = DataTally()
 
     def observe(action: Action) -> None:
@@ -84,7 +83,7 @@ def run_sync(
         if on_action is not None:
             on_action(action)
 
-    try:
+    with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
         transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop)
         if on_start is not None:
             on_start(transfer.stats)
@@ -100,10 +99,6 @@ def run_sync(
             gate = seen.result(settings, note="judged from this run's listing: nothing was copied, deleted or failed")
         else:
             gate = check_data(source, target, state, settings, deep=deep_verify)
-    finally:
-        state.close()
-        source.close()
-        target.close()
     result = SyncResult(source_url, target_url, settings, stats, gate)
     result.report_path = write_report(
         result,
@@ -111,6 +106,35 @@ def run_sync(
         or state_dir / "reports" / f"sync-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json",
     )
     return result
+
+
+def verify_sync(
+    source_url: str,
+    target_url: str,
+    settings: TransferSettings,
+    *,
+    profiles: Mapping[str, Profile],
+    state_dir: Path,
+    deep: bool = False,
+) -> CheckResult:
+    """The data gate alone: every selected object on both sides listed and compared, whatever a sync copied."""
+    with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
+        return check_data(source, target, state, settings, deep=deep)
+
+
+@contextlib.contextmanager
+def _opened(
+    source_url: str, target_url: str, settings: TransferSettings, profiles: Mapping[str, Profile], state_dir: Path
+) -> Iterator[tuple[Connector, Connector, TransferState]]:
+    """Both ends and the shard's transfer state, closed after."""
+    source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
+    state = TransferState(state_dir, source.url, target.url, settings.prefix, settings.key_range)
+    try:
+        yield source, target, state
+    finally:
+        state.close()
+        source.close()
+        target.close()
 
 
 def write_report(result: SyncResult, path: Path) -> Path:

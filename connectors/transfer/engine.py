@@ -35,6 +35,14 @@ from ferry.interrupts import failpoint
 log = structlog.get_logger("ferry.transfer")
 
 
+def _changed_under_copy(exc: BaseException) -> bool:
+    """Whether exc says the source's object is not the version listed any more: changed, or deleted (a key, not its
+    bucket, not found; an upload not found is the target's)."""
+    if isinstance(exc, NotFoundError):
+        return exc.code not in ("NoSuchBucket", "NoSuchUpload")
+    return getattr(exc, "code", "") == "Changed"
+
+
 class LargeJob:
     """A multipart object in flight, across its attempts; it holds a large-object slot until finish().
 
@@ -190,6 +198,11 @@ class Transfer:
                 self._sched.release(cost)
 
     def _fail(self, key: str, exc: BaseException) -> None:
+        if self.settings.live and _changed_under_copy(exc):
+            # A live source's object changed (or went) under the copy: the next delta copies its new version.
+            self.stats.add(changed_during_copy=1)
+            log.info("changed during its copy: copied again by the next delta", key=key)
+            return
         message = str(exc) if isinstance(exc, FerryError) else f"{key}: {type(exc).__name__}: {exc}"
         self.stats.add_failure(message, rejected=isinstance(exc, RejectedKey))
         log.error("object failed", key=key, error=message, code=getattr(exc, "code", ""))

@@ -49,6 +49,10 @@ class TransferSettings:
     checksum: bool = False
     delete: bool = False
     dry_run: bool = False
+    # The source is live (a cut-over's delta): an object that changes while it is copied is left for the next run
+    # (counted `changed_during_copy`), not a failure; a whole-object read of another version than the listed one is
+    # such a change.
+    live: bool = False
     # Only keys under this prefix (a shard of the key space); "" is everything.
     prefix: str = ""
     # ...and, for a key range of it (connectors/transfer/ranges.py), only keys after start_after and up to end_at
