@@ -12,7 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout
 
 from ferry.audit import AuditFolder
-from ferry.cutover.run import check_ready, run_cutover
+from ferry.cutover.run import check_ready, run_cutover, still_frozen
 from ferry.errors import FerryError, Interrupted
 from ferry.lock import held
 from ferry.phases.base import open_phase
@@ -68,6 +68,7 @@ def cutover(plan_path: str, run_id: str, yes: bool = False, rehearse: bool = Fal
             runlog.end_run(run_id, RunStatus.COMPLETED)
         except Interrupted as exc:
             runlog.end_run(run_id, RunStatus.INTERRUPTED, str(exc))
+            exc.then = still_frozen(loaded) or exc.then
             raise
         except BaseException as exc:
             runlog.end_run(run_id, RunStatus.FAILED, str(exc))

@@ -191,10 +191,14 @@ def cutover(
     except FerryError as exc:
         failure = UsageError if isinstance(exc, UsageError) else FerryError
         raise failure(f"cutover {run_id}: {exc} (report: {loaded.layout.run(run_id) / 'cutover'})") from None
-    window, predicted = report["freeze_window_s"], report["predicted_freeze_s"]
+    predicted = (
+        "not predicted: resumed under a freeze"
+        if report["predicted_freeze_s"] is None
+        else (f"predicted {report['predicted_freeze_s']:.1f} s")
+    )
     say(
-        f"cutover {run_id}: {report['outcome']}, verified; freeze window {window:.1f} s (predicted {predicted:.1f} s); "
-        f"report: {loaded.layout.run(run_id) / 'cutover' / 'report.md'}"
+        f"cutover {run_id}: {report['outcome']}, verified; freeze window {report['freeze_window_s']:.1f} s "
+        f"({predicted}); report: {loaded.layout.run(run_id) / 'cutover' / 'report.md'}"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from ferry.cutover.delta import run_delta, verify
@@ -14,6 +15,7 @@ from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
 from ferry.errors import FerryError, Interrupted, UsageError
 from ferry.files import write_atomic
+from ferry.interrupts import failpoint
 from ferry.phases.base import open_phase
 from ferry.plan import LoadedPlan
 from ferry.results import Status, gate_status
@@ -66,7 +68,8 @@ def run_cutover(
         frozen = freeze.frozen()
         if frozen is not None and len(frozen.steps) == len(settings.freeze) and _all_applied(freeze):
             say(f"resuming under the freeze run {frozen.run_id} applied at {frozen.since}: the final delta next")
-            record.freeze_started = time.time()
+            # The freeze window runs from when the source was frozen; this run made no prediction of its own.
+            record.freeze_started = datetime.fromisoformat(frozen.since).timestamp()
         else:
             if frozen is not None:
                 say(f"undoing the freeze run {frozen.run_id} left half applied, then live deltas again")
@@ -74,6 +77,7 @@ def run_cutover(
             _live_deltas(loaded, record, folder, approve, say)
             record.freeze_started = time.time()
             record.freeze_steps_s = freeze.apply(run_id, say)
+        failpoint("cutover:frozen")
         record.uploads_outside_copy = freeze.uploads_in_flight()
         if record.uploads_outside_copy:
             say(f"{len(record.uploads_outside_copy)} multipart upload(s) unfinished on the source: outside the copy")
@@ -103,8 +107,6 @@ def run_cutover(
         _keep_durations(loaded, record, verification_s)
     except Interrupted:
         record.outcome = "interrupted"
-        if freeze.frozen() is not None:
-            say(f"the source is still frozen: `ferry cutover {loaded.path} --unfreeze` undoes the freeze")
         raise
     except FerryError as exc:
         if freeze.frozen() is None:
@@ -114,9 +116,22 @@ def run_cutover(
         say(f"{exc}: undoing the freeze, the source stays authoritative")
         _unfreeze(freeze, say)
         raise
+    except BaseException:  # an interrupt as the orchestrator delivers it (KeyboardInterrupt, its signal): undo nothing
+        record.outcome = "interrupted"
+        raise
     finally:
         record.write(folder)
     return record
+
+
+def still_frozen(loaded: LoadedPlan) -> str | None:
+    """What an interrupted cut-over's last line says when it left the source frozen; None when it did not."""
+    if Freeze(loaded).frozen() is None:
+        return None
+    return (
+        f"the source is still frozen: `ferry cutover {loaded.path} --unfreeze` undoes the freeze; the same command "
+        "resumes with the final delta"
+    )
 
 
 def unfreeze(loaded: LoadedPlan, say: Say) -> bool:
@@ -149,6 +164,7 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
     """Deltas from the live source until the prediction fits and is approved; CutoverStopped when it never fits."""
     settings = loaded.plan.cutover
     measured = _measured(loaded)
+    approved = False
     for number in range(1, settings.max_deltas + 1):
         delta = run_delta(loaded, number, folder, final=False)
         record.deltas.append(delta)
@@ -158,13 +174,17 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
         )
         record.prediction = predict(record.deltas, settings.freeze_budget, measured)
         record.write(folder)
-        if record.prediction is not None and record.prediction.fits:
+        fits = record.prediction is not None and record.prediction.fits
+        if fits:
             text = record.prediction.text(settings.freeze_budget)
             say(text)
-            if approve(text) <= settings.delta_interval:
+            if approved or approve(text) <= settings.delta_interval:
                 return
+            # The churn since the last delta is no longer what was predicted: one more delta, then freeze if it fits.
             say("the approval waited longer than delta_interval: one more live delta, then the prediction again")
+            approved = True
             continue
+        approved = False  # a prediction that no longer fits needs a new approval once it does
         if number < settings.max_deltas:
             time.sleep(settings.delta_interval)
     if record.prediction is None:
