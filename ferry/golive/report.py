@@ -36,7 +36,8 @@ def markdown(title: str, verdict: Status, results: list[CheckResult], page: Path
     return "\n".join(head) + gate_markdown("golive", results)
 
 
-def _png(figure) -> str:
+def png_base64(figure) -> str:
+    """A matplotlib figure as a base64 PNG, for a data: URI in a self-contained page."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -60,7 +61,7 @@ def latency_chart(latency: dict, p99_us: float) -> str:
     axes.set_ylabel("samples")
     axes.set_title(f"{latency['protocol'].upper()} round trips, n={latency['samples']} (nearest-rank)")
     axes.legend(fontsize=8)
-    return _png(figure)
+    return png_base64(figure)
 
 
 def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str:
@@ -82,7 +83,7 @@ def throughput_chart(checkpoint: dict, write_min: float, read_min: float) -> str
     axes.set_xticks([0, 1], ["write", "read (dots: per shard)"])
     axes.set_ylabel("GB/s (10^9 bytes/s)")
     axes.set_title(f"checkpoint {checkpoint['bytes'] / 1e9:.3g} GB in {checkpoint['shards']} shards")
-    return _png(figure)
+    return png_base64(figure)
 
 
 def html(

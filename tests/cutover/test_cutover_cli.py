@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import run_ferry
+from tests.support import Watched, run_ferry
 
 WRITER = Path(__file__).with_name("writer.py")
 
@@ -87,12 +87,11 @@ def test_cutover_with_a_live_writer_ends_with_the_target_equal_to_the_source(pre
     assert all({"objects", "bytes", "seconds"} <= set(d) for d in got["deltas"])
     assert got["final_delta"]["final"] is True
     assert got["freeze_window_s"] > 0 and got["predicted_freeze_s"] is not None
-    assert (
-        "measured freeze window"
-        in (plan.parent / ".ferry/runs")
-        .joinpath(next(p.name for p in (plan.parent / ".ferry/runs").iterdir()), "cutover", "report.md")
-        .read_text()
-    )
+    (folder,) = plan.parent.glob(".ferry/runs/*/cutover")
+    assert "measured freeze window" in (folder / "report.md").read_text()
+    page = (folder / "report.html").read_text()
+    assert "measured freeze window" in page and 'alt="churn and delta duration over time"' in page
+    assert "data:image/png;base64,iVBOR" in page  # the chart, a PNG
     # Switched: the freeze stays (the source no longer serves) and `ferry status` does not call it stuck.
     code, out, _ = run_ferry("status", str(plan))
     assert "frozen" not in out
@@ -163,3 +162,23 @@ def test_bucket_policy_needs_an_s3_source_and_approval_needs_a_server(tmp_path) 
     plan.write_text(base + "  freeze_budget: 5m\n")
     code, _, err = run_ferry("cutover", str(plan))
     assert code == 2 and "needs a Prefect server: set PREFECT_API_URL or --yes" in err
+
+
+def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, tmp_path) -> None:
+    plan = cutover_plan(
+        tmp_path, moto_env, "co-approve", "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
+        "- {run: 'touch froze', undo: 'touch unfroze'}\n"
+    )  # fmt: skip
+    run = Watched("cutover", str(plan), api=prefect_api)
+    assert run.wait_for("the freeze waits for approval")
+    assert not (tmp_path / "froze").exists()
+    (line,) = [line for line in run.lines if "To approve: ferry approve" in line]
+    run_id = line.split("To approve: ferry approve ")[1].split()[0]
+    code, out, err = run_ferry("approve", run_id, api=prefect_api)
+    assert code == 0, err
+    code, out, err = run.finish()
+    assert code == 0, err
+    # The approval took longer than delta_interval: one more live delta ran before the freeze, with no second wait.
+    assert "the approval waited longer than delta_interval" in err
+    assert err.count("the freeze waits for approval") == 1
+    assert (tmp_path / "froze").exists() and report(plan)["verified"] is True
