@@ -201,7 +201,22 @@ class BucketPolicyStep(_Strict):
     bucket_policy: Literal["deny_writes"]
 
 
-FREEZE_STEPS = {"run": RunStep, "bucket_policy": BucketPolicyStep}
+class Quiesce(_Strict):
+    """Workloads of the source cluster to scale to 0 under the freeze, as Kind/name (Deployment, StatefulSet)."""
+
+    cluster: Literal["source"]
+    workloads: list[Annotated[str, Field(pattern=r"^(Deployment|StatefulSet)/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]] = (
+        Field(min_length=1)
+    )
+
+
+class QuiesceStep(_Strict):
+    """A freeze step that scales the source cluster's workloads to 0 and waits for their pods to go."""
+
+    quiesce: Quiesce
+
+
+FREEZE_STEPS = {"run": RunStep, "bucket_policy": BucketPolicyStep, "quiesce": QuiesceStep}
 
 
 def _freeze_step(value: Any) -> Any:
@@ -210,10 +225,13 @@ def _freeze_step(value: Any) -> Any:
         for key, model in FREEZE_STEPS.items():
             if key in value:
                 return model.model_validate(value)
-    raise ValueError("a freeze step is {run: COMMAND, undo: COMMAND} or {bucket_policy: deny_writes}")
+    raise ValueError(
+        "a freeze step is {run: COMMAND, undo: COMMAND}, {bucket_policy: deny_writes} or "
+        "{quiesce: {cluster: source, workloads: [Kind/name]}}"
+    )
 
 
-FreezeStep = Annotated[RunStep | BucketPolicyStep, BeforeValidator(_freeze_step)]
+FreezeStep = Annotated[RunStep | BucketPolicyStep | QuiesceStep, BeforeValidator(_freeze_step)]
 
 
 class MaxDelete(_Strict):
@@ -294,6 +312,8 @@ class Plan(_Strict):
                     f"cutover.switch: {name!r} is not an enabled phase other than data_sync "
                     f"({', '.join(others) or 'none'})"
                 )
+        if any(isinstance(step, QuiesceStep) for step in cutover.freeze) and self.source.cluster is None:
+            raise ValueError("cutover.freeze: quiesce scales the source cluster's workloads: name source.cluster")
         if any(isinstance(step, BucketPolicyStep) for step in cutover.freeze):
             scheme = self.source.storage.split("://", 1)[0] if "://" in self.source.storage else ""
             profile = self.profiles.get(scheme)

@@ -13,16 +13,21 @@ from typing import Any
 
 from connectors.registry import open_connector
 from ferry.cutover import policy
+from ferry.cutover.quiesce import Workloads
 from ferry.errors import FerryError, UsageError
 from ferry.files import Journal
-from ferry.plan import BucketPolicyStep, LoadedPlan, RunStep
+from ferry.plan import BucketPolicyStep, LoadedPlan, QuiesceStep, RunStep
 
 Say = Callable[[str], None]
 
 
-def describe(step: RunStep | BucketPolicyStep) -> str:
+def describe(step: RunStep | BucketPolicyStep | QuiesceStep) -> str:
     """A freeze step in a few words."""
-    return f"run {step.run!r}" if isinstance(step, RunStep) else f"bucket_policy {step.bucket_policy}"
+    if isinstance(step, RunStep):
+        return f"run {step.run!r}"
+    if isinstance(step, QuiesceStep):
+        return f"quiesce {', '.join(step.quiesce.workloads)}"
+    return f"bucket_policy {step.bucket_policy}"
 
 
 @dataclass
@@ -61,12 +66,18 @@ class Freeze:
     def apply(self, run_id: str, say: Say) -> dict[str, float]:
         """Apply every step in order; the seconds each took, by its description. A step that fails raises (the caller
         undoes what the journal says was applied)."""
+        for step in self.steps:
+            if isinstance(step, QuiesceStep):
+                for said in self._scalers(step):
+                    say(f"warning: {said}: it may scale a quiesced workload back up during the freeze")
         self.journal.add({"event": "freeze", "run_id": run_id, "at": datetime.now(UTC).isoformat()})
         seconds: dict[str, float] = {}
         for number, step in enumerate(self.steps):
             started = time.monotonic()
             entry: dict[str, Any] = {"event": "applying", "step": number, "what": describe(step)}
-            if isinstance(step, RunStep):
+            if isinstance(step, QuiesceStep):
+                self._quiesce(step, entry)
+            elif isinstance(step, RunStep):
                 entry["undo"] = step.undo
                 self.journal.add(entry)
                 self._run(step.run, f"freeze step {number + 1} ({describe(step)})")
@@ -98,7 +109,15 @@ class Freeze:
         failed = 0
         for entry in reversed(frozen.steps):
             try:
-                if "prior" in entry:
+                if "replicas" in entry:
+                    workloads = Workloads(self.loaded)
+                    try:
+                        for workload, replicas in entry["replicas"].items():
+                            workloads.scale(workload, replicas)
+                    finally:
+                        workloads.close()
+                    said = ", ".join(f"{w} back to {n}" for w, n in entry["replicas"].items())
+                elif "prior" in entry:
                     source = self._source()
                     try:
                         source.set_bucket_policy(entry["prior"])
@@ -119,6 +138,26 @@ class Freeze:
         if not failed:
             self.journal.add({"event": "unfrozen", "at": datetime.now(UTC).isoformat()})
         return failed
+
+    def _scalers(self, step: QuiesceStep) -> list[str]:
+        workloads = Workloads(self.loaded)
+        try:
+            return workloads.scalers(step.quiesce.workloads)
+        finally:
+            workloads.close()
+
+    def _quiesce(self, step: QuiesceStep, entry: dict[str, Any]) -> None:
+        """Scale the step's workloads to 0, their replica counts journalled first, and wait for their pods to go."""
+        workloads = Workloads(self.loaded)
+        try:
+            entry["replicas"] = {w: workloads.replicas(w) for w in step.quiesce.workloads}
+            self.journal.add(entry)
+            for workload in step.quiesce.workloads:
+                workloads.scale(workload, 0)
+            for workload in step.quiesce.workloads:
+                workloads.wait_gone(workload)
+        finally:
+            workloads.close()
 
     def uploads_in_flight(self) -> list[str]:
         """The multipart uploads unfinished on the source: under the freeze none can complete (writes are denied or
