@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import json
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -224,10 +225,10 @@ class S3Connector(Connector):
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, url) from None
         self.endpoint = self.client.meta.endpoint_url
-        # STS (who ferry runs as) at the profile's endpoint where it names one, as the S3 client is.
-        self._sts = functools.partial(
+        # Other services (STS: who ferry runs as; SQS: the bucket's event notifications) at the profile's endpoint
+        # where it names one, as the S3 client is.
+        self._service = functools.partial(
             session.client,
-            "sts",
             endpoint_url=client_kwargs.get("endpoint_url"),
             region_name=client_kwargs.get("region_name"),
         )
@@ -786,9 +787,53 @@ class S3Connector(Connector):
     def caller_arn(self) -> str:
         """The ARN of the identity this connector's requests are signed as (STS GetCallerIdentity)."""
         try:
-            return self._sts().get_caller_identity()["Arn"]
+            return self._service("sts").get_caller_identity()["Arn"]
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, f"{self.url}: who ferry runs as (sts:GetCallerIdentity)") from None
+
+    # -- S3 event notifications through SQS (a cut-over's change log) ----------------------------------------------
+    def changed_keys(self, queue_url: str) -> tuple[set[str], list[str]]:
+        """The keys under the root that the bucket's event notifications waiting in queue_url name (created or
+        removed: the caller reads each key's state now), and the messages' receipt handles, to delete once acted on
+        (`forget_events`). Test events, other buckets' events and keys outside the root are left out; a key named
+        twice is one key."""
+        sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
+        keys: set[str] = set()
+        handles: list[str] = []
+        base = f"{self.root}/" if self.root else ""
+        while True:
+            try:
+                answer = sqs.receive_message(
+                    QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=600
+                )
+            except Exception as exc:  # noqa: BLE001
+                raise translate(exc, what) from None
+            messages = answer.get("Messages", [])
+            if not messages:
+                return keys, handles
+            for message in messages:
+                handles.append(message["ReceiptHandle"])
+                try:
+                    body = json.loads(message["Body"])
+                except ValueError:
+                    continue  # not an S3 event: nothing to act on
+                for record in body.get("Records", []) if isinstance(body, dict) else []:
+                    entry = record.get("s3", {})
+                    if entry.get("bucket", {}).get("name") != self.bucket:
+                        continue
+                    key = unquote_plus(entry.get("object", {}).get("key", ""))
+                    if key.startswith(base) and key != base:
+                        keys.add(key[len(base) :])
+
+    def forget_events(self, queue_url: str, handles: list[str]) -> None:
+        """Delete the event messages that were acted on."""
+        sqs = self._service("sqs")
+        for start in range(0, len(handles), 10):
+            batch = [{"Id": str(n), "ReceiptHandle": h} for n, h in enumerate(handles[start : start + 10])]
+            try:
+                sqs.delete_message_batch(QueueUrl=queue_url, Entries=batch)
+            except Exception as exc:  # noqa: BLE001
+                raise translate(exc, f"{self.url}: events in {queue_url}") from None
 
     def presign(self, key: str, expires_s: int) -> str:
         return self.client.generate_presigned_url(

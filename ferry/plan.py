@@ -50,15 +50,8 @@ def _size(value: Any) -> int:
 Size = Annotated[int, BeforeValidator(_size)]
 
 
-def _duration(value: Any) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
-
-
 # Seconds, written as 90s, 5m, 1h or a number of seconds.
-Duration = Annotated[float, BeforeValidator(_duration)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def _path(value: str) -> str:
@@ -241,6 +234,13 @@ class MaxDelete(_Strict):
     percent: float = Field(default=1.0, ge=0, le=100)
 
 
+class ChangeLog(_Strict):
+    """Where an S3 source's changes are read between live deltas: its event notifications (s3:ObjectCreated:*,
+    s3:ObjectRemoved:*) delivered to an SQS queue, read with the source's profile."""
+
+    sqs_queue_url: str = Field(pattern=r"^https?://")
+
+
 class Cutover(_Strict):
     """`ferry cutover`: live deltas until the final one is predicted to fit freeze_budget, then freeze, final delta,
     switch (docs/cutover.md)."""
@@ -253,6 +253,7 @@ class Cutover(_Strict):
     freeze: list[FreezeStep] = Field(default_factory=list)
     switch: list[str] = Field(default_factory=list)
     max_delete: MaxDelete = Field(default_factory=MaxDelete)
+    change_log: ChangeLog | None = None
 
     @model_validator(mode="after")
     def _deadline(self) -> Cutover:
@@ -314,11 +315,13 @@ class Plan(_Strict):
                 )
         if any(isinstance(step, QuiesceStep) for step in cutover.freeze) and self.source.cluster is None:
             raise ValueError("cutover.freeze: quiesce scales the source cluster's workloads: name source.cluster")
-        if any(isinstance(step, BucketPolicyStep) for step in cutover.freeze):
-            scheme = self.source.storage.split("://", 1)[0] if "://" in self.source.storage else ""
-            profile = self.profiles.get(scheme)
-            if scheme != "s3" and (profile is None or profile.type != "s3"):
-                raise ValueError("cutover.freeze: bucket_policy needs an S3 source (source.storage is not S3)")
+        scheme = self.source.storage.split("://", 1)[0] if "://" in self.source.storage else ""
+        profile = self.profiles.get(scheme)
+        s3 = scheme == "s3" or (profile is not None and profile.type == "s3")
+        if any(isinstance(step, BucketPolicyStep) for step in cutover.freeze) and not s3:
+            raise ValueError("cutover.freeze: bucket_policy needs an S3 source (source.storage is not S3)")
+        if cutover.change_log is not None and not s3:
+            raise ValueError("cutover.change_log: S3 event notifications need an S3 source (source.storage is not S3)")
 
     def require_phases(self, option: str, names: list[str] | None) -> None:
         """UsageError naming the option unless every name is an enabled phase (for --only, --force, --phase)."""

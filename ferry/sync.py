@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,10 +71,12 @@ def run_sync(
     on_action: Callable[[Action], None] | None = None,
     on_start: Callable[[Stats], None] | None = None,
     stop: threading.Event | None = None,
+    keys: Collection[str] | None = None,
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir).
 
-    A set stop event ends the copy early (what was verified is kept); the result says it was interrupted.
+    A set stop event ends the copy early (what was verified is kept); the result says it was interrupted. keys:
+    only these (a change log's), asked of each side instead of listing them.
     """
     seen = DataTally()
 
@@ -84,7 +86,7 @@ def run_sync(
             on_action(action)
 
     with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
-        transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop)
+        transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop, keys=keys)
         if on_start is not None:
             on_start(transfer.stats)
         stats = transfer.run()

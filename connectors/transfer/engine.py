@@ -14,7 +14,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import structlog
@@ -87,8 +87,11 @@ class Transfer:
         settings: TransferSettings,
         on_action: Callable[[Action], None] | None = None,
         stop: threading.Event | None = None,
+        keys: Collection[str] | None = None,
     ):
         self.source = source
+        # Only these keys (a change log's), each side asked for each instead of listed; None: the listings.
+        self.keys = keys
         self.target = target
         self.state = state
         self.settings = settings
@@ -161,8 +164,11 @@ class Transfer:
         self._sched.abort()
 
     def _produce(self) -> None:
-        counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
-        target = listing(self.target, self.settings, self._note_retry)
+        if self.keys is None:
+            counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
+            target = listing(self.target, self.settings, self._note_retry)
+        else:
+            counted, target = self._count_listed(self._stated(self.source)), self._stated(self.target)
         records = self.state.objects()
         for action in diff(counted, target, records, self.settings):
             if self._sched.aborted:
@@ -179,6 +185,20 @@ class Transfer:
                 self._sched.submit(min(action.src.size, self.settings.part_size), lambda a=action: self._compare(a))
             else:
                 self._submit_copy(action)
+
+    def _stated(self, connector: Connector) -> Iterator[ObjectInfo]:
+        """What connector holds of self.keys within the shard (its prefix and key range), in key order, as a listing
+        would give it: one stat per key, a key it does not hold left out."""
+        settings = self.settings
+        for key in sorted(self.keys or ()):
+            if not key.startswith(settings.prefix) or (settings.start_after and key <= settings.start_after):
+                continue
+            if settings.end_at and key > settings.end_at:
+                continue
+            try:
+                yield self._call(connector.stat, key)
+            except NotFoundError:
+                continue
 
     def _count_listed(self, items: Iterator[ObjectInfo]) -> Iterator[ObjectInfo]:
         for info in items:

@@ -4,8 +4,10 @@ errors and within max_delete; the final delta is verified point in time, every o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from connectors.registry import open_connector
@@ -31,9 +33,19 @@ def shards(loaded: LoadedPlan) -> list[ShardSpec]:
     return [phase.step_spec(step) for step in phase.steps()]
 
 
-def run_delta(loaded: LoadedPlan, number: int, folder: Path, *, final: bool) -> Delta:
+def run_delta(
+    loaded: LoadedPlan,
+    number: int,
+    folder: Path,
+    *,
+    final: bool,
+    keys: set[str] | None = None,
+    target_objects: int = 0,
+) -> Delta:
     """Sync every shard once, then delete what only the target holds; the delta's figures.
 
+    keys: only these (the change log's since the last delta), asked of each side instead of listing them; the share
+    of the target a delete takes is then of target_objects, the target's count at the last listing.
     Raises DeltaFailed when an object failed (nothing deleted) or the deletes exceed max_delete (naming the keys)."""
     started, clock = time.time(), time.monotonic()
     copied = size = changed = failed = listed = target_count = 0
@@ -59,6 +71,7 @@ def run_delta(loaded: LoadedPlan, number: int, folder: Path, *, final: bool) -> 
             verify=False,
             report_path=folder / f"delta-{number:03d}-{spec.step or 'all'}.json".replace("/", "_"),
             on_action=observe,
+            keys=keys,
         )
         stats = result.stats
         copied, size, changed = copied + stats.copied, size + stats.bytes_copied, changed + stats.changed_during_copy
@@ -67,6 +80,8 @@ def run_delta(loaded: LoadedPlan, number: int, folder: Path, *, final: bool) -> 
         gone += [(spec, key) for key in only_in_target]
     if failed:
         raise DeltaFailed(f"delta {number}: {failed} object(s) failed, nothing was deleted; first: {first_failure}")
+    if keys is not None:
+        target_count = target_objects
     _check_deletes(loaded, number, [key for _, key in gone], target_count)
     for spec, key in gone:
         target = open_connector(spec.target, spec.profiles)
@@ -83,8 +98,24 @@ def run_delta(loaded: LoadedPlan, number: int, folder: Path, *, final: bool) -> 
         deleted=len(gone),
         changed_during_copy=changed,
         listed=listed,
+        target_objects=target_count,
+        by_change_log=keys is not None,
         final=final,
     )
+
+
+@contextlib.contextmanager
+def change_log(loaded: LoadedPlan) -> Iterator[set[str]]:
+    """The keys the source's event notifications named since they were last read (`cutover.change_log`); the events
+    are deleted from the queue only once the block ends without an error, so a failed delta sees them again."""
+    queue = loaded.plan.cutover.change_log.sqs_queue_url
+    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
+    try:
+        keys, handles = source.changed_keys(queue)
+        yield keys
+        source.forget_events(queue, handles)
+    finally:
+        source.close()
 
 
 def _check_deletes(loaded: LoadedPlan, number: int, keys: list[str], target_count: int) -> None:

@@ -20,6 +20,8 @@ class Delta:
     deleted: int = 0
     changed_during_copy: int = 0
     listed: int = 0
+    target_objects: int = 0  # as listed; a delta by the change log carries the last listing's
+    by_change_log: bool = False  # the keys the change log named, not the listings
     final: bool = False
 
     @property

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ferry.cutover.delta import run_delta, verify
+from ferry.cutover.delta import change_log, run_delta, verify
 from ferry.cutover.freeze import Freeze, Say
 from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
@@ -166,7 +166,12 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
     measured = _measured(loaded)
     approved = False
     for number in range(1, settings.max_deltas + 1):
-        delta = run_delta(loaded, number, folder, final=False)
+        if settings.change_log is None or not record.deltas:
+            delta = run_delta(loaded, number, folder, final=False)
+        else:  # after a first full listing, the keys the change log named since
+            with change_log(loaded) as keys:
+                last = record.deltas[-1].target_objects
+                delta = run_delta(loaded, number, folder, final=False, keys=keys, target_objects=last)
         record.deltas.append(delta)
         say(
             f"delta {number}: {delta.objects} copied ({delta.bytes} bytes), {delta.deleted} deleted, "

@@ -41,6 +41,17 @@ def cutover_plan(root: Path, moto, name: str, cutover: str, objects: int = 30) -
     return plan
 
 
+def cutover_with_writer(plan: Path, moto, bucket: str, api: str, *args: str) -> tuple[int, str, str]:
+    """`ferry cutover PLAN --yes ARGS` while a writer process keeps changing bucket (stopped after, if not by the
+    freeze)."""
+    writer = start_writer(plan.parent, moto, bucket)
+    try:
+        return run_ferry("cutover", str(plan), "--yes", *args, api=api)
+    finally:
+        writer.terminate()
+        writer.wait(timeout=30)
+
+
 def start_writer(root: Path, moto, bucket: str) -> subprocess.Popen:
     pidfile = root / "writer.pid"
     proc = subprocess.Popen(
@@ -69,12 +80,7 @@ def test_cutover_with_a_live_writer_ends_with_the_target_equal_to_the_source(pre
         "  freeze_budget: 10m\n  delta_interval: 0.3s\n  max_deltas: 6\n"
         "  max_delete: {count: 1000, percent: 100}\n  freeze:\n    " + STOP_WRITER,
     )
-    writer = start_writer(tmp_path, moto_env, "co-live-src")
-    try:
-        code, out, err = run_ferry("cutover", str(plan), "--yes", api=prefect_api)
-    finally:
-        writer.terminate()
-        writer.wait(timeout=30)
+    code, out, err = cutover_with_writer(plan, moto_env, "co-live-src", prefect_api)
     assert code == 0, err
     assert "switched, verified; freeze window" in out
     s3 = moto_env.client("s3")
@@ -83,7 +89,7 @@ def test_cutover_with_a_live_writer_ends_with_the_target_equal_to_the_source(pre
     assert any(key.startswith("live/new-") for key in source)  # the writer wrote during the deltas
     got = report(plan)
     assert got["verified"] is True and got["switched"] is True and got["rehearsal"] is False
-    assert len(got["deltas"]) >= 2 and got["deltas"][0]["objects"] >= 30
+    assert len(got["deltas"]) >= 2 and got["deltas"][0]["objects"] > 0  # the writer may delete seeds before it
     assert all({"objects", "bytes", "seconds"} <= set(d) for d in got["deltas"])
     assert got["final_delta"]["final"] is True
     assert got["freeze_window_s"] > 0 and got["predicted_freeze_s"] is not None
@@ -106,12 +112,7 @@ def test_a_final_delta_that_never_fits_stops_before_freezing_and_says_why(prefec
         "  freeze:\n    "
         "- {run: 'touch froze', undo: 'touch unfroze'}\n",
     )
-    writer = start_writer(tmp_path, moto_env, "co-never-src")
-    try:
-        code, _, err = run_ferry("cutover", str(plan), "--yes", api=prefect_api)
-    finally:
-        writer.terminate()
-        writer.wait(timeout=30)
+    code, _, err = cutover_with_writer(plan, moto_env, "co-never-src", prefect_api)
     assert code == 1, err
     assert "after 2 deltas the freeze window is still predicted at" in err, err[-600:]
     assert "over the budget of 0.001 s" in err
@@ -136,7 +137,8 @@ def test_deletes_over_max_delete_stop_the_delta_and_name_the_keys(prefect_api, m
     ("section", "problem"),
     [
         ("  freeze_budget: soon\n", "cutover.freeze_budget: 'soon' is not a duration"),
-        ("  freeze_budget: 5m\n  freeze: [{quiesce: {}}]\n", "cutover.freeze.0: a freeze step is"),
+        ("  freeze_budget: 5m\n  freeze: [{pause: {}}]\n", "cutover.freeze.0: a freeze step is"),
+        ("  freeze_budget: 5m\n  freeze: [{quiesce: {}}]\n", "cutover.freeze.0.quiesce.cluster: Field required"),
         ("  freeze_budget: 5m\n  switch: [golive]\n", "cutover.switch: 'golive' is not an enabled phase"),
         ("  freeze_budget: 5m\n  max_delete: {count: -1}\n", "cutover.max_delete.count:"),
         ("  freeze_budget: 5m\n  surprise: 1\n", "cutover.surprise: unknown field"),
