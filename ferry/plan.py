@@ -241,6 +241,13 @@ class ChangeLog(_Strict):
     sqs_queue_url: str = Field(pattern=r"^https?://")
 
 
+class Inventory(_Strict):
+    """An S3 Inventory report (CSV) of the source bucket: the first delta's listing of a very large bucket."""
+
+    # The report's manifest.json, as a storage URL (s3://inventory-bucket/.../manifest.json, or a profile's alias).
+    manifest: str = Field(pattern=r"^[a-z0-9]+://.+/manifest\.json$")
+
+
 class Cutover(_Strict):
     """`ferry cutover`: live deltas until the final one is predicted to fit freeze_budget, then freeze, final delta,
     switch (docs/cutover.md)."""
@@ -254,6 +261,7 @@ class Cutover(_Strict):
     switch: list[str] = Field(default_factory=list)
     max_delete: MaxDelete = Field(default_factory=MaxDelete)
     change_log: ChangeLog | None = None
+    inventory: Inventory | None = None
 
     @model_validator(mode="after")
     def _deadline(self) -> Cutover:
@@ -320,6 +328,8 @@ class Plan(_Strict):
         s3 = scheme == "s3" or (profile is not None and profile.type == "s3")
         if any(isinstance(step, BucketPolicyStep) for step in cutover.freeze) and not s3:
             raise ValueError("cutover.freeze: bucket_policy needs an S3 source (source.storage is not S3)")
+        if cutover.inventory is not None and not s3:
+            raise ValueError("cutover.inventory: an S3 Inventory report needs an S3 source (source.storage is not S3)")
         if cutover.change_log is not None and not s3:
             raise ValueError("cutover.change_log: S3 event notifications need an S3 source (source.storage is not S3)")
 

@@ -10,13 +10,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checks.data import NAME, DataTally, check_data
-from connectors.base import Connector, redact_url
+from connectors.base import Connector, ObjectInfo, redact_url
 from connectors.registry import open_connector
 from connectors.transfer import (
     Action,
@@ -72,11 +72,13 @@ def run_sync(
     on_start: Callable[[Stats], None] | None = None,
     stop: threading.Event | None = None,
     keys: Collection[str] | None = None,
+    source_listing: Iterable[ObjectInfo] | None = None,
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir).
 
     A set stop event ends the copy early (what was verified is kept); the result says it was interrupted. keys:
-    only these (a change log's), asked of each side instead of listing them.
+    only these (a change log's), asked of each side instead of listing them; source_listing: the source's objects
+    as another listing gives them (an inventory report), in key order, instead of its own.
     """
     seen = DataTally()
 
@@ -86,7 +88,9 @@ def run_sync(
             on_action(action)
 
     with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
-        transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop, keys=keys)
+        transfer = Transfer(
+            source, target, state, settings, on_action=observe, stop=stop, keys=keys, source_listing=source_listing
+        )
         if on_start is not None:
             on_start(transfer.stats)
         stats = transfer.run()

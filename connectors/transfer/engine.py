@@ -14,7 +14,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import structlog
@@ -88,10 +88,13 @@ class Transfer:
         on_action: Callable[[Action], None] | None = None,
         stop: threading.Event | None = None,
         keys: Collection[str] | None = None,
+        source_listing: Iterable[ObjectInfo] | None = None,
     ):
         self.source = source
         # Only these keys (a change log's), each side asked for each instead of listed; None: the listings.
         self.keys = keys
+        # The source's objects as another listing gives them (an inventory report), in key order; None: its own.
+        self.source_listing = source_listing
         self.target = target
         self.state = state
         self.settings = settings
@@ -165,7 +168,11 @@ class Transfer:
 
     def _produce(self) -> None:
         if self.keys is None:
-            counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
+            if self.source_listing is None:
+                source = listing(self.source, self.settings, self._note_retry)
+            else:
+                source = (info for info in self.source_listing if self._in_shard(info.key))
+            counted = self._count_listed(source)
             target = listing(self.target, self.settings, self._note_retry)
         else:
             counted, target = self._count_listed(self._stated(self.source)), self._stated(self.target)
@@ -189,16 +196,20 @@ class Transfer:
     def _stated(self, connector: Connector) -> Iterator[ObjectInfo]:
         """What connector holds of self.keys within the shard (its prefix and key range), in key order, as a listing
         would give it: one stat per key, a key it does not hold left out."""
-        settings = self.settings
         for key in sorted(self.keys or ()):
-            if not key.startswith(settings.prefix) or (settings.start_after and key <= settings.start_after):
-                continue
-            if settings.end_at and key > settings.end_at:
+            if not self._in_shard(key):
                 continue
             try:
                 yield self._call(connector.stat, key)
             except NotFoundError:
                 continue
+
+    def _in_shard(self, key: str) -> bool:
+        """Whether key is in the shard: under its prefix and in its key range."""
+        settings = self.settings
+        if not key.startswith(settings.prefix) or (settings.start_after and key <= settings.start_after):
+            return False
+        return not (settings.end_at and key > settings.end_at)
 
     def _count_listed(self, items: Iterator[ObjectInfo]) -> Iterator[ObjectInfo]:
         for info in items:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from connectors.registry import open_connector
 from connectors.transfer import SKIP, Action
+from ferry.cutover.inventory import Inventory
 from ferry.cutover.predict import Delta
 from ferry.errors import FerryError
 from ferry.phases.base import open_phase
@@ -41,11 +42,13 @@ def run_delta(
     final: bool,
     keys: set[str] | None = None,
     target_objects: int = 0,
+    inventory: Inventory | None = None,
 ) -> Delta:
     """Sync every shard once, then delete what only the target holds; the delta's figures.
 
     keys: only these (the change log's since the last delta), asked of each side instead of listing them; the share
-    of the target a delete takes is then of target_objects, the target's count at the last listing.
+    of the target a delete takes is then of target_objects, the target's count at the last listing. inventory: the
+    source's listing (an S3 Inventory report); it may be older than the target's, so that delta deletes nothing.
     Raises DeltaFailed when an object failed (nothing deleted) or the deletes exceed max_delete (naming the keys)."""
     started, clock = time.time(), time.monotonic()
     copied = size = changed = failed = listed = target_count = 0
@@ -72,12 +75,14 @@ def run_delta(
             report_path=folder / f"delta-{number:03d}-{spec.step or 'all'}.json".replace("/", "_"),
             on_action=observe,
             keys=keys,
+            source_listing=None if inventory is None else inventory.objects(),
         )
         stats = result.stats
         copied, size, changed = copied + stats.copied, size + stats.bytes_copied, changed + stats.changed_during_copy
         failed, listed, target_count = failed + stats.failed, listed + stats.objects_listed, target_count + seen[0]
         first_failure = first_failure or next(iter(stats.failures), "")
-        gone += [(spec, key) for key in only_in_target]
+        if inventory is None:
+            gone += [(spec, key) for key in only_in_target]
     if failed:
         raise DeltaFailed(f"delta {number}: {failed} object(s) failed, nothing was deleted; first: {first_failure}")
     if keys is not None:
@@ -100,6 +105,7 @@ def run_delta(
         listed=listed,
         target_objects=target_count,
         by_change_log=keys is not None,
+        by_inventory=inventory is not None,
         final=final,
     )
 
@@ -116,6 +122,17 @@ def change_log(loaded: LoadedPlan) -> Iterator[set[str]]:
         source.forget_events(queue, handles)
     finally:
         source.close()
+
+
+def load_inventory(loaded: LoadedPlan, folder: Path) -> Inventory:
+    """The plan's S3 Inventory report of its source (`cutover.inventory`), sorted into folder."""
+    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
+    try:
+        bucket, root = source.bucket, source.root
+    finally:
+        source.close()
+    manifest = loaded.plan.cutover.inventory.manifest
+    return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")
 
 
 def _check_deletes(loaded: LoadedPlan, number: int, keys: list[str], target_count: int) -> None:

@@ -22,6 +22,7 @@ class Delta:
     listed: int = 0
     target_objects: int = 0  # as listed; a delta by the change log carries the last listing's
     by_change_log: bool = False  # the keys the change log named, not the listings
+    by_inventory: bool = False  # the source listed by an S3 Inventory report
     final: bool = False
 
     @property

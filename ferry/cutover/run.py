@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ferry.cutover.delta import change_log, run_delta, verify
+from ferry.cutover.delta import change_log, load_inventory, run_delta, verify
 from ferry.cutover.freeze import Freeze, Say
 from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
@@ -166,7 +166,9 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
     measured = _measured(loaded)
     approved = False
     for number in range(1, settings.max_deltas + 1):
-        if settings.change_log is None or not record.deltas:
+        if not record.deltas and settings.inventory is not None:  # the first, bulk delta from the inventory report
+            delta = run_delta(loaded, number, folder, final=False, inventory=load_inventory(loaded, folder))
+        elif settings.change_log is None or not record.deltas:
             delta = run_delta(loaded, number, folder, final=False)
         else:  # after a first full listing, the keys the change log named since
             with change_log(loaded) as keys:

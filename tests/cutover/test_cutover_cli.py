@@ -142,6 +142,18 @@ def test_deletes_over_max_delete_stop_the_delta_and_name_the_keys(prefect_api, m
         ("  freeze_budget: 5m\n  switch: [golive]\n", "cutover.switch: 'golive' is not an enabled phase"),
         ("  freeze_budget: 5m\n  max_delete: {count: -1}\n", "cutover.max_delete.count:"),
         ("  freeze_budget: 5m\n  surprise: 1\n", "cutover.surprise: unknown field"),
+        (
+            "  freeze_budget: 5m\n  freeze: [{quiesce: {cluster: source, workloads: [Deployment/x]}}]\n",
+            "quiesce scales the source cluster's workloads: name source.cluster",
+        ),
+        (
+            "  freeze_budget: 5m\n  inventory: {manifest: 's3://reports/inv/manifest.json'}\n",
+            "cutover.inventory: an S3 Inventory report needs an S3 source",
+        ),
+        (
+            "  freeze_budget: 5m\n  change_log: {sqs_queue_url: 'https://sqs.example/q'}\n",
+            "cutover.change_log: S3 event notifications need an S3 source",
+        ),
     ],
 )
 def test_a_bad_cutover_section_is_one_line_with_its_field(tmp_path, section: str, problem: str) -> None:

@@ -53,15 +53,3 @@ def test_quiesce_scales_to_zero_waits_for_the_pods_and_restores(control_plane, n
     assert control_plane.get("apps/v1", "Deployment", "llama-serve", namespace)["spec"]["replicas"] == 2
     assert control_plane.get("apps/v1", "Deployment", "feature-writer", namespace)["spec"]["replicas"] == 1
     assert freeze.frozen() is None
-
-
-def test_quiesce_needs_the_source_cluster(tmp_path) -> None:
-    from tests.support import run_ferry
-
-    plan = tmp_path / "migration.yaml"
-    plan.write_text(
-        "name: qz\nsource: {storage: ./src}\ntarget: {storage: ./dst}\nphases: {data_sync: {}}\n"
-        "cutover:\n  freeze_budget: 5m\n  freeze: [{quiesce: {cluster: source, workloads: [Deployment/x]}}]\n"
-    )
-    code, _, err = run_ferry("cutover", str(plan), "--yes")
-    assert code == 2 and "quiesce scales the source cluster's workloads: name source.cluster" in err
