@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import json
 import threading
 import urllib.request
 from collections import Counter
@@ -86,6 +88,8 @@ def _answered(what: str, code: str, message: str, status: int, headers: Mapping[
         return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
     if code in _NOT_FOUND_CODES:
         return NotFoundError(line, code=code)
+    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's source is the listed version
+        return PermanentError(f"{what}: the source changed since it was listed", code="Changed")
     return PermanentError(line, code=code)
 
 
@@ -252,6 +256,13 @@ class S3Connector(Connector):
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, url) from None
         self.endpoint = self.client.meta.endpoint_url
+        # Other services (STS: who ferry runs as; SQS: the bucket's event notifications) at the profile's endpoint
+        # where it names one, as the S3 client is.
+        self._service = functools.partial(
+            session.client,
+            endpoint_url=client_kwargs.get("endpoint_url"),
+            region_name=client_kwargs.get("region_name"),
+        )
         credentials = session.get_credentials()
         self._identity = (self.endpoint, credentials.access_key if credentials else None)
         # The receipt check of a write: "crc32c" trusts the store to verify the CRC32C sent and checks its echo;
@@ -788,6 +799,8 @@ class S3Connector(Connector):
             self.client.copy_object,
             Key=self._full(key),
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
+            # Only the version the listing saw: another one is a change (PreconditionFailed), copied by the next run.
+            CopySourceIfMatch=info.signature,
             MetadataDirective="COPY",
             ChecksumAlgorithm="CRC32C",
             **self._encryption,
@@ -816,6 +829,7 @@ class S3Connector(Connector):
             UploadId=upload_id,
             PartNumber=number,
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
+            CopySourceIfMatch=info.signature,
             CopySourceRange=f"bytes={start}-{start + length - 1}",
         )
         result = response["CopyPartResult"]
@@ -823,6 +837,75 @@ class S3Connector(Connector):
         return Part(
             number=number, size=length, etag=result["ETag"].strip('"'), crc32c=from_b64(native) if native else None
         )
+
+    # -- the bucket's policy (a cut-over's freeze) ------------------------------------------------
+    def bucket_policy(self) -> str | None:
+        """The bucket's policy document as the store holds it; None when it has none."""
+        try:
+            return self._call(f"{self.url}: bucket policy", self.client.get_bucket_policy)["Policy"]
+        except PermanentError as exc:
+            if exc.code == "NoSuchBucketPolicy":
+                return None
+            raise
+
+    def set_bucket_policy(self, policy: str | None) -> None:
+        """Put policy on the bucket, or delete the bucket's policy when policy is None."""
+        what = f"{self.url}: bucket policy"
+        if policy is None:
+            self._call(what, self.client.delete_bucket_policy)
+        else:
+            self._call(what, self.client.put_bucket_policy, Policy=policy)
+
+    def caller_arn(self) -> str:
+        """The ARN of the identity this connector's requests are signed as (STS GetCallerIdentity)."""
+        try:
+            return self._service("sts").get_caller_identity()["Arn"]
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"{self.url}: who ferry runs as (sts:GetCallerIdentity)") from None
+
+    # -- S3 event notifications through SQS (a cut-over's change log) ----------------------------------------------
+    def changed_keys(self, queue_url: str) -> tuple[set[str], list[str]]:
+        """The keys under the root that the bucket's event notifications waiting in queue_url name (created or
+        removed: the caller reads each key's state now), and the messages' receipt handles, to delete once acted on
+        (`forget_events`). Test events, other buckets' events and keys outside the root are left out; a key named
+        twice is one key."""
+        sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
+        keys: set[str] = set()
+        handles: list[str] = []
+        base = f"{self.root}/" if self.root else ""
+        while True:
+            try:
+                answer = sqs.receive_message(
+                    QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=600
+                )
+            except Exception as exc:  # noqa: BLE001
+                raise translate(exc, what) from None
+            messages = answer.get("Messages", [])
+            if not messages:
+                return keys, handles
+            for message in messages:
+                handles.append(message["ReceiptHandle"])
+                try:
+                    body = json.loads(message["Body"])
+                except ValueError:
+                    continue  # not an S3 event: nothing to act on
+                for record in body.get("Records", []) if isinstance(body, dict) else []:
+                    entry = record.get("s3", {})
+                    if entry.get("bucket", {}).get("name") != self.bucket:
+                        continue
+                    key = unquote_plus(entry.get("object", {}).get("key", ""))
+                    if key.startswith(base) and key != base:
+                        keys.add(key[len(base) :])
+
+    def forget_events(self, queue_url: str, handles: list[str]) -> None:
+        """Delete the event messages that were acted on."""
+        sqs = self._service("sqs")
+        for start in range(0, len(handles), 10):
+            batch = [{"Id": str(n), "ReceiptHandle": h} for n, h in enumerate(handles[start : start + 10])]
+            try:
+                sqs.delete_message_batch(QueueUrl=queue_url, Entries=batch)
+            except Exception as exc:  # noqa: BLE001
+                raise translate(exc, f"{self.url}: events in {queue_url}") from None
 
     def presign(self, key: str, expires_s: int) -> str:
         return self.client.generate_presigned_url(

@@ -89,6 +89,16 @@ class StateLayout:
         """The Secrets a run's manifests replaced, owner-only, outside the audit folder (which is never secret)."""
         return self.root / "manifests" / "secret-snapshots" / f"{run_id}.json"
 
+    def frozen(self, plan: str) -> Path:
+        """The journal of the freeze steps plan's cut-over applied and undid (`ferry/cutover/freeze.py`): while a
+        step in it is not undone, the source is frozen (`ferry status` says so)."""
+        return self.root / "cutover" / plan / "freeze.jsonl"
+
+    def cutover_durations(self, plan: str) -> Path:
+        """What plan's last cut-over measured of its freeze steps, verification and switch phases: the next
+        prediction's figures."""
+        return self.root / "cutover" / plan / "durations.json"
+
     @property
     def synthetic_checkpoint(self) -> Path:
         """The go-live phase's synthetic checkpoint, kept between runs."""

@@ -34,7 +34,7 @@ from ferry.errors import UsageError
 from ferry.layout import StateLayout
 from ferry.phase_registry import load_phase, phase_names
 from ferry.profiles import Credentials, Profile, SecretRef
-from ferry.units import parse_size
+from ferry.units import parse_duration, parse_size
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -48,6 +48,10 @@ def _size(value: Any) -> int:
 
 
 Size = Annotated[int, BeforeValidator(_size)]
+
+
+# Seconds, written as 90s, 5m, 1h or a number of seconds.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def _path(value: str) -> str:
@@ -193,6 +197,95 @@ class Pricing(_Strict):
     target: PricedEnd = Field(default_factory=PricedEnd)
 
 
+class RunStep(_Strict):
+    """A freeze step that runs a command line (in the plan's folder); `undo` is the one that reverses it."""
+
+    run: str = Field(min_length=1)
+    undo: str | None = Field(default=None, min_length=1)
+
+
+class BucketPolicyStep(_Strict):
+    """A freeze step on the S3 source's bucket policy: deny writes by everyone but ferry's own identity."""
+
+    bucket_policy: Literal["deny_writes"]
+
+
+class Quiesce(_Strict):
+    """Workloads of the source cluster to scale to 0 under the freeze, as Kind/name (Deployment, StatefulSet)."""
+
+    cluster: Literal["source"]
+    workloads: list[Annotated[str, Field(pattern=r"^(Deployment|StatefulSet)/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]] = (
+        Field(min_length=1)
+    )
+
+
+class QuiesceStep(_Strict):
+    """A freeze step that scales the source cluster's workloads to 0 and waits for their pods to go."""
+
+    quiesce: Quiesce
+
+
+FREEZE_STEPS = {"run": RunStep, "bucket_policy": BucketPolicyStep, "quiesce": QuiesceStep}
+
+
+def _freeze_step(value: Any) -> Any:
+    # One of two shapes: say which, not why the value is neither (pydantic's words for each member of a union).
+    if isinstance(value, dict):
+        for key, model in FREEZE_STEPS.items():
+            if key in value:
+                return model.model_validate(value)
+    raise ValueError(
+        "a freeze step is {run: COMMAND, undo: COMMAND}, {bucket_policy: deny_writes} or "
+        "{quiesce: {cluster: source, workloads: [Kind/name]}}"
+    )
+
+
+FreezeStep = Annotated[RunStep | BucketPolicyStep | QuiesceStep, BeforeValidator(_freeze_step)]
+
+
+class MaxDelete(_Strict):
+    """The most a delta may delete from the target: both bounds apply."""
+
+    count: int = Field(default=1000, ge=0)
+    percent: float = Field(default=1.0, ge=0, le=100)
+
+
+class ChangeLog(_Strict):
+    """Where an S3 source's changes are read between live deltas: its event notifications (s3:ObjectCreated:*,
+    s3:ObjectRemoved:*) delivered to an SQS queue, read with the source's profile."""
+
+    sqs_queue_url: str = Field(pattern=r"^https?://")
+
+
+class Inventory(_Strict):
+    """An S3 Inventory report (CSV) of the source bucket: the first delta's listing of a very large bucket."""
+
+    # The report's manifest.json, as a storage URL (s3://inventory-bucket/.../manifest.json, or a profile's alias).
+    manifest: str = Field(pattern=r"^[a-z0-9]+://.+/manifest\.json$")
+
+
+class Cutover(_Strict):
+    """`ferry cutover`: live deltas until the final one is predicted to fit freeze_budget, then freeze, final delta,
+    switch (docs/cutover.md)."""
+
+    freeze_budget: Duration
+    delta_interval: Duration = 60.0
+    max_deltas: int = Field(default=20, ge=2, le=1000)
+    # The deadline written into the bucket policy's Deny: a killed ferry cannot leave the source frozen past it.
+    max_freeze: Duration = 3600.0
+    freeze: list[FreezeStep] = Field(default_factory=list)
+    switch: list[str] = Field(default_factory=list)
+    max_delete: MaxDelete = Field(default_factory=MaxDelete)
+    change_log: ChangeLog | None = None
+    inventory: Inventory | None = None
+
+    @model_validator(mode="after")
+    def _deadline(self) -> Cutover:
+        if self.max_freeze < self.freeze_budget:
+            raise ValueError("max_freeze must be at least freeze_budget (the policy's deadline would end the freeze)")
+        return self
+
+
 class Plan(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     source: SourceSide
@@ -209,6 +302,7 @@ class Plan(_Strict):
     retries: Retries = Field(default_factory=Retries)
     state_dir: FilePath = ".ferry"
     pricing: Pricing = Field(default_factory=Pricing)
+    cutover: Cutover | None = None
 
     @field_validator("schedule")
     @classmethod
@@ -230,7 +324,31 @@ class Plan(_Strict):
                 raise ValueError(f"approve_before names {name!r}, which is not an enabled phase")
         for name in enabled:
             load_phase(name).check_plan(self)
+        if self.cutover is not None:
+            self._check_cutover(self.cutover, enabled)
         return self
+
+    def _check_cutover(self, cutover: Cutover, enabled: list[str]) -> None:
+        if "data_sync" not in enabled:
+            raise ValueError("cutover: its deltas are data_sync's: enable phases.data_sync")
+        for name in cutover.switch:
+            if name not in enabled or name == "data_sync":
+                others = [p for p in enabled if p != "data_sync"]
+                raise ValueError(
+                    f"cutover.switch: {name!r} is not an enabled phase other than data_sync "
+                    f"({', '.join(others) or 'none'})"
+                )
+        if any(isinstance(step, QuiesceStep) for step in cutover.freeze) and self.source.cluster is None:
+            raise ValueError("cutover.freeze: quiesce scales the source cluster's workloads: name source.cluster")
+        scheme = self.source.storage.split("://", 1)[0] if "://" in self.source.storage else ""
+        profile = self.profiles.get(scheme)
+        s3 = scheme == "s3" or (profile is not None and profile.type == "s3")
+        if any(isinstance(step, BucketPolicyStep) for step in cutover.freeze) and not s3:
+            raise ValueError("cutover.freeze: bucket_policy needs an S3 source (source.storage is not S3)")
+        if cutover.inventory is not None and not s3:
+            raise ValueError("cutover.inventory: an S3 Inventory report needs an S3 source (source.storage is not S3)")
+        if cutover.change_log is not None and not s3:
+            raise ValueError("cutover.change_log: S3 event notifications need an S3 source (source.storage is not S3)")
 
     def require_phases(self, option: str, names: list[str] | None) -> None:
         """UsageError naming the option unless every name is an enabled phase (for --only, --force, --phase)."""

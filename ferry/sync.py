@@ -5,17 +5,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checks.data import NAME, DataTally, check_data
-from connectors.base import Connector, redact_url
+from connectors.base import Connector, ObjectInfo, redact_url
 from connectors.registry import open_connector
 from connectors.transfer import (
     Action,
@@ -75,13 +76,15 @@ def run_sync(
     on_action: Callable[[Action], None] | None = None,
     on_start: Callable[[Stats], None] | None = None,
     stop: threading.Event | None = None,
+    keys: Collection[str] | None = None,
+    source_listing: Iterable[ObjectInfo] | None = None,
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir).
 
-    A set stop event ends the copy early (what was verified is kept); the result says it was interrupted.
+    A set stop event ends the copy early (what was verified is kept); the result says it was interrupted. keys:
+    only these (a change log's), asked of each side instead of listing them; source_listing: the source's objects
+    as another listing gives them (an inventory report), in key order, instead of its own.
     """
-    source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
-    state = TransferState(state_dir, source.url, target.url, settings.prefix, settings.key_range)
     seen = DataTally()
 
     def observe(action: Action) -> None:
@@ -89,8 +92,10 @@ def run_sync(
         if on_action is not None:
             on_action(action)
 
-    try:
-        transfer = Transfer(source, target, state, settings, on_action=observe, stop=stop)
+    with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
+        transfer = Transfer(
+            source, target, state, settings, on_action=observe, stop=stop, keys=keys, source_listing=source_listing
+        )
         if on_start is not None:
             on_start(transfer.stats)
         stats = transfer.run()
@@ -105,10 +110,6 @@ def run_sync(
             gate = seen.result(settings, note="judged from this run's listing: nothing was copied, deleted or failed")
         else:
             gate = check_data(source, target, state, settings, deep=deep_verify)
-    finally:
-        state.close()
-        source.close()
-        target.close()
     ends = {"source": source, "target": target}
     requests = {side: transfer.forecast.requests(side, end, stats.requests.get(side)) for side, end in ends.items()}
     result = SyncResult(source_url, target_url, settings, stats, gate, transfer.forecast, requests)
@@ -118,6 +119,35 @@ def run_sync(
         or state_dir / "reports" / f"sync-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}.json",
     )
     return result
+
+
+def verify_sync(
+    source_url: str,
+    target_url: str,
+    settings: TransferSettings,
+    *,
+    profiles: Mapping[str, Profile],
+    state_dir: Path,
+    deep: bool = False,
+) -> CheckResult:
+    """The data gate alone: every selected object on both sides listed and compared, whatever a sync copied."""
+    with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
+        return check_data(source, target, state, settings, deep=deep)
+
+
+@contextlib.contextmanager
+def _opened(
+    source_url: str, target_url: str, settings: TransferSettings, profiles: Mapping[str, Profile], state_dir: Path
+) -> Iterator[tuple[Connector, Connector, TransferState]]:
+    """Both ends and the shard's transfer state, closed after."""
+    source, target = open_connector(source_url, profiles), open_connector(target_url, profiles)
+    state = TransferState(state_dir, source.url, target.url, settings.prefix, settings.key_range)
+    try:
+        yield source, target, state
+    finally:
+        state.close()
+        source.close()
+        target.close()
 
 
 def write_report(result: SyncResult, path: Path) -> Path:

@@ -110,13 +110,15 @@ def _migrate(
     structlog.contextvars.bind_contextvars(run_id=run_id)
     outcomes: dict[str, str] = {}
     try:
-        with _interrupts_as_one():
+        with interrupts_as_one():
             outcomes["preflight"] = _preflight(loaded, audit)
             for phase in plan.enabled_phases():
                 if only and phase not in only:
                     continue
                 structlog.contextvars.bind_contextvars(phase=phase)
-                outcomes[phase] = _phase(open_phase(loaded, phase), audit, runlog, run_id, force, approval_timeout_s)
+                outcomes[phase] = run_one_phase(
+                    open_phase(loaded, phase), audit, runlog, run_id, force, approval_timeout_s
+                )
         runlog.end_run(run_id, RunStatus.COMPLETED)
     except Interrupted as exc:
         # Also between phases (preflight, an approval wait): nothing is rolled back, the same command resumes.
@@ -132,7 +134,7 @@ def _migrate(
 
 
 @contextmanager
-def _interrupts_as_one() -> Iterator[None]:
+def interrupts_as_one() -> Iterator[None]:
     """Ctrl-C (KeyboardInterrupt), SIGTERM or a cancel from the UI (Prefect's TerminationSignal, or its Abort when
     the run is in this process) as Interrupted."""
     try:
@@ -145,10 +147,18 @@ def _interrupts_as_one() -> Iterator[None]:
         raise Interrupted(signal.SIGTERM) from None
 
 
-def _phase(
-    runner: Phase, audit: AuditFolder, runlog: RunLog, run_id: str, force: list[str] | None, approval_timeout_s: int
+def run_one_phase(
+    runner: Phase,
+    audit: AuditFolder,
+    runlog: RunLog,
+    run_id: str,
+    force: list[str] | None,
+    approval_timeout_s: int,
+    *,
+    approved: bool = False,
 ) -> str:
-    """One phase of the run, from the run log's record of it to its commit; its outcome."""
+    """One phase of the run, from the run log's record of it to its commit; its outcome. approved: its approval was
+    given already (a cut-over's switch phase, approved with the freeze)."""
     plan, phase = runner.loaded.plan.name, runner.name
     digest = runner.input_hash()
     last = runlog.phase(plan, phase)
@@ -175,9 +185,9 @@ def _phase(
         previous = runlog.run(last.run_id)
         if previous is not None:
             resume(audit, phase, Path(previous.audit_dir))
-    if phase in runner.loaded.plan.approve_before:
+    if phase in runner.loaded.plan.approve_before and not approved:
         try:
-            with _interrupts_as_one():
+            with interrupts_as_one():
                 _approve(runner, run_id, approval_timeout_s, runlog, digest)
         except Interrupted as exc:
             runlog.set_phase(
@@ -186,7 +196,7 @@ def _phase(
             raise
     runlog.set_phase(plan, phase, digest, PhaseStatus.RUNNING, run_id)
     try:
-        with _interrupts_as_one():
+        with interrupts_as_one():
             outcome, changed = _run_phase(runner, audit, runlog, run_id, digest)
     except Interrupted as exc:
         record = runlog.phase(plan, phase)

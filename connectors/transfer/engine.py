@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import structlog
@@ -35,6 +35,14 @@ from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentE
 from ferry.interrupts import failpoint
 
 log = structlog.get_logger("ferry.transfer")
+
+
+def _changed_under_copy(exc: BaseException) -> bool:
+    """Whether exc says the source's object is not the version listed any more: changed, or deleted (a key, not its
+    bucket, not found; an upload not found is the target's)."""
+    if isinstance(exc, NotFoundError):
+        return exc.code not in ("NoSuchBucket", "NoSuchUpload")
+    return getattr(exc, "code", "") == "Changed"
 
 
 class LargeJob:
@@ -81,8 +89,14 @@ class Transfer:
         settings: TransferSettings,
         on_action: Callable[[Action], None] | None = None,
         stop: threading.Event | None = None,
+        keys: Collection[str] | None = None,
+        source_listing: Iterable[ObjectInfo] | None = None,
     ):
         self.source = source
+        # Only these keys (a change log's), each side asked for each instead of listed; None: the listings.
+        self.keys = keys
+        # The source's objects as another listing gives them (an inventory report), in key order; None: its own.
+        self.source_listing = source_listing
         self.target = target
         self.state = state
         self.settings = settings
@@ -166,8 +180,15 @@ class Transfer:
         self._sched.abort()
 
     def _produce(self) -> None:
-        counted = self._count_listed(listing(self.source, self.settings, self._note_retry))
-        target = listing(self.target, self.settings, self._note_retry)
+        if self.keys is None:
+            if self.source_listing is None:
+                source = listing(self.source, self.settings, self._note_retry)
+            else:
+                source = (info for info in self.source_listing if self._in_shard(info.key))
+            counted = self._count_listed(source)
+            target = listing(self.target, self.settings, self._note_retry)
+        else:
+            counted, target = self._count_listed(self._stated(self.source)), self._stated(self.target)
         records = self.state.objects()
         actions = diff(counted, target, records, self.settings)
         for action in itertools.islice(actions, self.settings.sample) if self.settings.dry_run else actions:
@@ -185,6 +206,24 @@ class Transfer:
                 self._sched.submit(min(action.src.size, self.settings.part_size), lambda a=action: self._compare(a))
             else:
                 self._submit_copy(action)
+
+    def _stated(self, connector: Connector) -> Iterator[ObjectInfo]:
+        """What connector holds of self.keys within the shard (its prefix and key range), in key order, as a listing
+        would give it: one stat per key, a key it does not hold left out."""
+        for key in sorted(self.keys or ()):
+            if not self._in_shard(key):
+                continue
+            try:
+                yield self._call(connector.stat, key)
+            except NotFoundError:
+                continue
+
+    def _in_shard(self, key: str) -> bool:
+        """Whether key is in the shard: under its prefix and in its key range."""
+        settings = self.settings
+        if not key.startswith(settings.prefix) or (settings.start_after and key <= settings.start_after):
+            return False
+        return not (settings.end_at and key > settings.end_at)
 
     def _count_listed(self, items: Iterator[ObjectInfo]) -> Iterator[ObjectInfo]:
         for info in items:
@@ -204,6 +243,11 @@ class Transfer:
                 self._sched.release(cost)
 
     def _fail(self, key: str, exc: BaseException) -> None:
+        if self.settings.live and _changed_under_copy(exc):
+            # A live source's object changed (or went) under the copy: the next delta copies its new version.
+            self.stats.add(changed_during_copy=1)
+            log.info("changed during its copy: copied again by the next delta", key=key)
+            return
         message = str(exc) if isinstance(exc, FerryError) else f"{key}: {type(exc).__name__}: {exc}"
         self.stats.add_failure(message, rejected=isinstance(exc, RejectedKey))
         log.error("object failed", key=key, error=message, code=getattr(exc, "code", ""))

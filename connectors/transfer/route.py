@@ -149,8 +149,11 @@ class Route:
 
     def _read_whole(self, key: str, src: ObjectInfo) -> tuple[bytes, ObjectInfo]:
         """The object the listing saw, whole: a body cut short (with a Content-Length that agrees with the cut) is
-        transient, read again; an object changed since the listing fails (the next run copies its new version)."""
+        transient, read again; an object changed since the listing fails (the next run copies its new version), and
+        so does, on a live source, another version of the same size."""
         data, info = self.source.get(key)
+        if self.settings.live and info.signature != src.signature:
+            raise PermanentError(f"{self.source.url}: {key}: changed since it was listed", code="Changed")
         if len(data) != src.size:
             if info.signature != src.signature:
                 raise PermanentError(f"{self.source.url}: {key}: changed since it was listed", code="Changed")

@@ -51,6 +51,10 @@ class TransferSettings:
     dry_run: bool = False
     # A dry run's bound: only the first this many keys of the diff, in key order (a sampled estimate); None: all.
     sample: int | None = None
+    # The source is live (a cut-over's delta): an object that changes while it is copied is left for the next run
+    # (counted `changed_during_copy`), not a failure; a whole-object read of another version than the listed one is
+    # such a change.
+    live: bool = False
     # Only keys under this prefix (a shard of the key space); "" is everything.
     prefix: str = ""
     # ...and, for a key range of it (connectors/transfer/ranges.py), only keys after start_after and up to end_at

@@ -62,6 +62,8 @@ class Stats:
     held_to_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     deleted: int = 0
     failed: int = 0
+    # Live source (TransferSettings.live): objects that changed while they were copied, left for the next run.
+    changed_during_copy: int = 0
     rejected: int = 0
     recopied_after_mismatch: int = 0
     resumed_uploads: int = 0
@@ -135,6 +137,7 @@ class Stats:
                 "adopted": self.adopted,
                 "deleted": self.deleted,
                 "failed": self.failed,
+                "changed_during_copy": self.changed_during_copy,
                 "rejected": self.rejected,
                 "recopied_after_mismatch": self.recopied_after_mismatch,
             },

@@ -48,6 +48,7 @@ def main(
 
 app.command("run")(runs.run_plan)
 app.command()(runs.status)
+app.command()(runs.cutover)
 app.command()(runs.approve)
 app.command()(runs.rollback)
 app.command()(server.serve)

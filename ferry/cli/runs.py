@@ -136,8 +136,70 @@ def _print_status(loaded) -> None:
             markup=False,
             highlight=False,
         )
+    if loaded.plan.cutover is not None:
+        from ferry.cutover.freeze import Freeze
+
+        if (frozen := Freeze(loaded).frozen()) is not None:
+            out.print(
+                f"the source is frozen by cutover run {frozen.run_id} since {frozen.since}: "
+                f"`ferry cutover {loaded.path} --unfreeze` undoes it",
+                markup=False,
+                highlight=False,
+            )
     if os.environ.get("PREFECT_API_URL"):
         out.print(f"Prefect UI: {os.environ['PREFECT_API_URL'].removesuffix('/api')}", markup=False, highlight=False)
+
+
+def cutover(
+    plan: Annotated[Path, typer.Argument(help="The plan file")],
+    yes: Annotated[bool, typer.Option("--yes", help="Freeze without waiting for an approval")] = False,
+    rehearse: Annotated[
+        bool, typer.Option("--rehearse", help="Up to the verified final delta, then unfreeze without switching")
+    ] = False,
+    unfreeze: Annotated[bool, typer.Option("--unfreeze", help="Undo the freeze a cut-over left in force")] = False,
+    approval_timeout: Annotated[int, typer.Option(min=1, help="Seconds the approval may wait")] = 3600,
+) -> None:
+    """Live deltas until the final one fits the plan's cutover.freeze_budget, then freeze, final delta, switch."""
+    loaded = load_plan(plan)
+    if loaded.plan.cutover is None:
+        raise UsageError(f"{plan}: the plan has no cutover section (docs/cutover.md)")
+    say = functools.partial(out.print, markup=False, highlight=False)
+    if unfreeze:
+        from ferry.cutover.run import unfreeze as undo_freeze
+
+        with held(loaded.layout.state, "ferry cutover --unfreeze"):
+            say("unfrozen" if undo_freeze(loaded, say) else "the source is not frozen by ferry: nothing to undo")
+        return
+    if not yes and not os.environ.get("PREFECT_API_URL"):
+        raise UsageError("cutover waits for an approval, which needs a Prefect server: set PREFECT_API_URL or --yes")
+    prefect_env()
+    from flows.cutover import cutover as cutover_flow
+    from flows.pipeline import new_run_id
+
+    run_id = new_run_id(str(plan))
+    try:
+        report = cutover_flow(
+            plan_path=str(plan.resolve()),
+            run_id=run_id,
+            yes=yes,
+            rehearse=rehearse,
+            approval_timeout_s=approval_timeout,
+        )
+    except Interrupted:
+        _print_status(loaded)
+        raise
+    except FerryError as exc:
+        failure = UsageError if isinstance(exc, UsageError) else FerryError
+        raise failure(f"cutover {run_id}: {exc} (report: {loaded.layout.run(run_id) / 'cutover'})") from None
+    predicted = (
+        "not predicted: resumed under a freeze"
+        if report["predicted_freeze_s"] is None
+        else (f"predicted {report['predicted_freeze_s']:.1f} s")
+    )
+    say(
+        f"cutover {run_id}: {report['outcome']}, verified; freeze window {report['freeze_window_s']:.1f} s "
+        f"({predicted}); report: {loaded.layout.run(run_id) / 'cutover' / 'report.md'}"
+    )
 
 
 def approve(run_id: Annotated[str, typer.Argument(help="The run waiting for approval")]) -> None:

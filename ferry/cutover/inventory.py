@@ -1,0 +1,75 @@
+"""An S3 Inventory report (CSV) as the source's listing for a cut-over's first delta: its manifest read, its files'
+rows under the source's root sorted by key in a scratch SQLite file (a very large bucket's rows never held in
+memory), and given to the engine in key order."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import io
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote_plus
+
+from connectors.base import ObjectInfo
+from connectors.registry import open_connector
+from ferry.errors import UsageError
+from ferry.profiles import Profile
+
+_COLUMNS = ("Bucket", "Key", "Size", "ETag")
+
+
+class Inventory:
+    """The objects one inventory report lists under a source bucket's root, kept sorted in path (SQLite)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def load(cls, manifest_url: str, bucket: str, root: str, profiles: dict[str, Profile], path: Path) -> Inventory:
+        """Read the report manifest_url (its manifest.json) names, keeping the rows of bucket under root."""
+        scheme = manifest_url.split("://", 1)[0]
+        folder, name = manifest_url.rsplit("/", 1)
+        store = open_connector(folder, profiles)
+        try:
+            manifest = json.loads(store.get(name)[0])
+        finally:
+            store.close()
+        if manifest.get("fileFormat") != "CSV":
+            raise UsageError(f"{manifest_url}: an inventory report in {manifest.get('fileFormat')!r}: ferry reads CSV")
+        columns = [c.strip() for c in manifest.get("fileSchema", "").split(",")]
+        if manifest.get("sourceBucket") != bucket or not set(_COLUMNS) <= set(columns):
+            raise UsageError(
+                f"{manifest_url}: not an inventory of bucket {bucket!r} with the columns {', '.join(_COLUMNS)}"
+            )
+        base = f"{root.strip('/')}/" if root.strip("/") else ""
+        destination = open_connector(f"{scheme}://{manifest['destinationBucket'].rsplit(':', 1)[-1]}", profiles)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("CREATE TABLE objects (key TEXT PRIMARY KEY, size INTEGER, etag TEXT)")
+            try:
+                for file in manifest["files"]:
+                    data = destination.get(file["key"])[0]
+                    text = gzip.decompress(data) if file["key"].endswith(".gz") else data
+                    rows = csv.reader(io.StringIO(text.decode("utf-8")))
+                    for row in rows:
+                        fields = dict(zip(columns, row, strict=False))
+                        key = unquote_plus(fields["Key"])
+                        if fields["Bucket"] == bucket and key.startswith(base) and key != base:
+                            db.execute(
+                                "INSERT OR REPLACE INTO objects VALUES (?, ?, ?)",
+                                (key[len(base) :], int(fields["Size"]), fields["ETag"].strip('"')),
+                            )
+            finally:
+                destination.close()
+        return cls(path)
+
+    def objects(self) -> Iterator[ObjectInfo]:
+        """The report's objects in key order, as a listing gives them."""
+        with contextlib.closing(sqlite3.connect(self.path)) as db:
+            for key, size, etag in db.execute("SELECT key, size, etag FROM objects ORDER BY key"):
+                yield ObjectInfo(key=key, size=size, signature=etag)

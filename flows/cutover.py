@@ -1,0 +1,87 @@
+"""The flow `cutover`: `ferry/cutover/run.py` under the plan's run lock, with an approval by Prefect's pause and the
+switch phases run as `ferry run` runs a phase (`flows/pipeline.py`); its report as Prefect artifacts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import structlog
+from prefect import flow, pause_flow_run, runtime
+from prefect.artifacts import create_markdown_artifact
+from prefect.exceptions import FlowPauseTimeout
+
+from ferry.audit import AuditFolder
+from ferry.cutover.run import check_ready, run_cutover, still_frozen
+from ferry.errors import FerryError, Interrupted
+from ferry.lock import held
+from ferry.phases.base import open_phase
+from ferry.plan import load_plan
+from ferry.runlog import RunLog, RunStatus
+from flows.pipeline import interrupts_as_one, new_run_id, run_one_phase
+
+log = structlog.get_logger("ferry.flows.cutover")
+
+
+def _run_name() -> str:
+    return runtime.flow_run.parameters.get("run_id") or new_run_id(runtime.flow_run.parameters["plan_path"])
+
+
+@flow(name="cutover", flow_run_name=_run_name, log_prints=True)
+def cutover(plan_path: str, run_id: str, yes: bool = False, rehearse: bool = False, approval_timeout_s: int = 3600):
+    """The cut-over of the plan: its report's figures (`Record.to_dict`)."""
+    loaded = load_plan(Path(plan_path))
+    with held(loaded.layout.state, "ferry cutover", run_id):
+        runlog = RunLog(loaded.layout.state)
+        audit = AuditFolder(loaded.layout.run(run_id))
+        audit.write_text("plan", "plan.yaml", loaded.masked())
+        runlog.start_run(run_id, loaded.plan.name, str(audit.root), str(runtime.flow_run.id or ""))
+        structlog.contextvars.bind_contextvars(run_id=run_id)
+
+        def approve(text: str) -> float:
+            if yes:
+                return 0.0
+            switching = [p for p in loaded.plan.cutover.switch if p in loaded.plan.approve_before]
+            also = f" This approves the switch phases {', '.join(switching)} too." if switching and not rehearse else ""
+            create_markdown_artifact(
+                f"# Approval needed: the freeze\n\n{text}.{also}\n\n"
+                f"Resume this run in the Prefect UI or run `ferry approve {run_id}`.",
+                key="approval-cutover",
+                description="the cut-over's freeze",
+            )
+            log.warning(f"the freeze waits for approval: {text}. To approve: ferry approve {run_id}")
+            began = time.monotonic()
+            try:
+                pause_flow_run(timeout=approval_timeout_s, poll_interval=2)
+            except FlowPauseTimeout:
+                raise FerryError(f"approval of the freeze timed out after {approval_timeout_s} s") from None
+            return time.monotonic() - began
+
+        def switch(name: str) -> None:
+            structlog.contextvars.bind_contextvars(phase=name)
+            run_one_phase(open_phase(loaded, name), audit, runlog, run_id, None, approval_timeout_s, approved=True)
+
+        try:
+            with interrupts_as_one():
+                check_ready(loaded, runlog)
+                record = run_cutover(loaded, run_id, rehearse=rehearse, approve=approve, switch=switch, say=log.info)
+            runlog.end_run(run_id, RunStatus.COMPLETED)
+        except Interrupted as exc:
+            runlog.end_run(run_id, RunStatus.INTERRUPTED, str(exc))
+            exc.then = still_frozen(loaded) or exc.then
+            raise
+        except BaseException as exc:
+            runlog.end_run(run_id, RunStatus.FAILED, str(exc))
+            raise
+        finally:
+            _artifact(loaded.layout.run(run_id) / "cutover")
+            structlog.contextvars.unbind_contextvars("run_id", "phase")
+            runlog.close()
+    return record.to_dict()
+
+
+def _artifact(folder: Path) -> None:
+    """The report, as written, into the run's Prefect artifacts."""
+    report = folder / "report.md"
+    if report.exists():
+        create_markdown_artifact(report.read_text(encoding="utf-8"), key="cutover-report", description="the cut-over")
