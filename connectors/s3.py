@@ -229,6 +229,7 @@ class S3Connector(Connector):
         "complete": {"MULTIPART": 1},
         "delete": {"DELETE": 1},
     }
+    list_page = 1000
 
     def __init__(
         self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
@@ -423,6 +424,13 @@ class S3Connector(Connector):
         rules = answer["ServerSideEncryptionConfiguration"]["Rules"]
         algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
         return f"{algorithm} bucket-key" if rules[0].get("BucketKeyEnabled") else algorithm
+
+    def listing_requests(self, pages: int) -> dict[str, int] | None:
+        # Where the CRT may send, the first request is botocore's HEAD of the bucket that decides it (_prove_crt).
+        return {"LIST": pages, **({"HEAD": 1} if self._crt is not None else {})}
+
+    def write_encryption(self) -> str | None:
+        return self._encryption.get("ServerSideEncryption")
 
     def copy_checks_source(self, info: ObjectInfo) -> bool:
         # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise

@@ -124,17 +124,6 @@ def change_log(loaded: LoadedPlan) -> Iterator[set[str]]:
         source.close()
 
 
-def load_inventory(loaded: LoadedPlan, folder: Path) -> Inventory:
-    """The plan's S3 Inventory report of its source (`cutover.inventory`), sorted into folder."""
-    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
-    try:
-        bucket, root = source.bucket, source.root
-    finally:
-        source.close()
-    manifest = loaded.plan.cutover.inventory.manifest
-    return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")
-
-
 def _check_deletes(loaded: LoadedPlan, number: int, keys: list[str], target_count: int) -> None:
     bound = loaded.plan.cutover.max_delete
     share = 100 * len(keys) / target_count if target_count else 0.0

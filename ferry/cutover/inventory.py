@@ -17,6 +17,7 @@ from urllib.parse import unquote_plus
 from connectors.base import ObjectInfo
 from connectors.registry import open_connector
 from ferry.errors import UsageError
+from ferry.plan import LoadedPlan
 from ferry.profiles import Profile
 
 _COLUMNS = ("Bucket", "Key", "Size", "ETag")
@@ -25,8 +26,10 @@ _COLUMNS = ("Bucket", "Key", "Size", "ETag")
 class Inventory:
     """The objects one inventory report lists under a source bucket's root, kept sorted in path (SQLite)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, created: float | None = None):
         self.path = path
+        # When S3 wrote the report (its manifest's creationTimestamp, epoch seconds); None where it does not say.
+        self.created = created
 
     @classmethod
     def load(cls, manifest_url: str, bucket: str, root: str, profiles: dict[str, Profile], path: Path) -> Inventory:
@@ -66,10 +69,22 @@ class Inventory:
                             )
             finally:
                 destination.close()
-        return cls(path)
+        created = manifest.get("creationTimestamp")
+        return cls(path, int(created) / 1000 if str(created or "").isdigit() else None)
 
     def objects(self) -> Iterator[ObjectInfo]:
         """The report's objects in key order, as a listing gives them."""
         with contextlib.closing(sqlite3.connect(self.path)) as db:
             for key, size, etag in db.execute("SELECT key, size, etag FROM objects ORDER BY key"):
                 yield ObjectInfo(key=key, size=size, signature=etag)
+
+
+def load_inventory(loaded: LoadedPlan, folder: Path) -> Inventory:
+    """The plan's S3 Inventory report of its source (`cutover.inventory`), sorted into folder."""
+    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
+    try:
+        bucket, root = source.bucket, source.root
+    finally:
+        source.close()
+    manifest = loaded.plan.cutover.inventory.manifest
+    return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")

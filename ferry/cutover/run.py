@@ -9,8 +9,9 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ferry.cutover.delta import change_log, load_inventory, run_delta, verify
+from ferry.cutover.delta import change_log, run_delta, verify
 from ferry.cutover.freeze import Freeze, Say
+from ferry.cutover.inventory import load_inventory
 from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
 from ferry.errors import FerryError, Interrupted, UsageError

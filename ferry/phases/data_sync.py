@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,7 @@ from connectors.transfer.state import FOLDER as TRANSFERS
 from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
+from ferry.cutover.inventory import Inventory, load_inventory
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
@@ -45,7 +47,7 @@ from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, Ste
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
 from ferry.quote.cost import SIDES, ends, in_words, priced
-from ferry.quote.estimate import DataEstimate
+from ferry.quote.estimate import DataEstimate, gate_pages
 from ferry.quote.pricing import PriceTable, price_table
 from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
 from ferry.results import CheckResult, Status
@@ -630,29 +632,72 @@ class DataSyncPhase(Phase):
 
     def estimate(self, sample: int | None = None) -> tuple[DataEstimate, dict[str, int]]:
         """A dry run of every shard (the run's own listing, diff and route decisions): what a run would copy, copy
-        again and delete, and the requests it would send; with the objects it would adopt, by proof. sample: only
-        the first this many keys of each shard, in key order (a bounded estimate, its figures not scaled)."""
+        again and delete, the requests it would send, and those of the data gate's listings after it; with the
+        objects it would adopt, by proof. sample: only the first this many keys of each shard, in key order (a
+        bounded estimate, its figures not scaled). A cut-over plan with an inventory report takes the source's
+        listing from it, as its first delta does."""
         estimate = DataEstimate(sample=sample)
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
         self.fetch_checkpoints(None)
-        for shard in self.steps():
-            result = run_sync(
-                self.loaded.storage("source"),
-                self.loaded.storage("target"),
-                dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
-                profiles=self.loaded.plan.profiles,
-                state_dir=self.loaded.layout.state,
-            )
-            stats = result.stats
-            # The engine's own time, on the clock a run's report keeps (duration_s): listing and diff.
-            seconds = stats.summary()["duration_s"]
-            estimate.add(
-                result.forecast, result.requests, stats.requests, stats.objects_listed, stats.bytes_listed, seconds
-            )
-            for proof, n in stats.adopted_by.items():
-                proofs[proof] += n
+        profiles = self.loaded.plan.profiles
+        # Opened to be asked what a listing of theirs sends (no request).
+        ends = {side: open_connector(self.loaded.storage(side), profiles) for side in SIDES}
+        for end in ends.values():
+            end.close()
+        if self.gate_settings.deep_verify:
+            estimate.gate_note = "not counted: the deep gate re-reads every object of the target besides listing it"
+        with tempfile.TemporaryDirectory(prefix="ferry-estimate-") as scratch:
+            inventory = self._inventory(estimate, Path(scratch))
+            for shard in self.steps():
+                in_target = [0]
+
+                def seen(action: Action, in_target: list[int] = in_target) -> None:
+                    in_target[0] += action.dst is not None
+
+                result = run_sync(
+                    self.loaded.storage("source"),
+                    self.loaded.storage("target"),
+                    dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
+                    profiles=profiles,
+                    state_dir=self.loaded.layout.state,
+                    on_action=seen,
+                    source_listing=None if inventory is None else inventory.objects(),
+                )
+                stats, forecast = result.stats, result.forecast
+                own = {side: stats.requests.get(side) for side in SIDES}
+                listed = {side: None if own[side] is None else own[side].get("LIST", 0) for side in SIDES}
+                after = in_target[0] + forecast.copies - forecast.recopies - forecast.deletes
+                pages = {
+                    # The gate lists the source itself where the run took its listing from a report.
+                    "source": gate_pages(0, 0, stats.objects_listed, ends["source"].list_page)
+                    if inventory
+                    else listed["source"],
+                    "target": None
+                    if self.gate_settings.deep_verify
+                    else gate_pages(listed["target"], in_target[0], after, ends["target"].list_page),
+                }
+                gate = {side: None if n is None else ends[side].listing_requests(n) for side, n in pages.items()}
+                # The engine's own time, on the clock a run's report keeps (duration_s): listing and diff.
+                seconds = stats.summary()["duration_s"]
+                estimate.add(forecast, result.requests, own, stats.objects_listed, stats.bytes_listed, seconds, gate)
+                for proof, n in stats.adopted_by.items():
+                    proofs[proof] += n
         return estimate, proofs
+
+    def _inventory(self, estimate: DataEstimate, scratch: Path) -> Inventory | None:
+        """The plan's inventory report of the source (a cut-over's `inventory`) sorted into scratch, said in the
+        estimate with its age; None where the plan names none."""
+        cutover = self.loaded.plan.cutover
+        if cutover is None or cutover.inventory is None:
+            return None
+        inventory = load_inventory(self.loaded, scratch)
+        estimate.listing = {
+            "source": "inventory report",
+            "inventory": cutover.inventory.manifest,
+            "age_s": None if inventory.created is None else round(max(0.0, time.time() - inventory.created), 1),
+        }
+        return inventory
 
     def endpoints(self) -> dict[str, tuple[str | None, str | None]]:
         """Each end's host and region as its connector knows them, sending no request (what a quote is priced by)."""
@@ -665,13 +710,19 @@ class DataSyncPhase(Phase):
                 connector.close()
         return ends
 
-    def source_encryption(self) -> str | None:
-        """The source's default encryption, where its connector can tell (one request): KMS reads are priced by it."""
+    def encryption(self) -> dict[str, str | None]:
+        """The source's default encryption, where its connector can tell (one request), and the encryption the
+        target's writes ask for (none): the KMS requests of the reads and of the writes are priced by them."""
         source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
         try:
-            return source.default_encryption()
+            return {
+                "source_default_encryption": source.default_encryption(),
+                "target_write_encryption": target.write_encryption(),
+            }
         finally:
             source.close()
+            target.close()
 
     def price_table(self, prices: Path | None = None) -> PriceTable:
         """The list prices with the plan's negotiated file over them, and prices (a file) over both."""
@@ -682,13 +733,14 @@ class DataSyncPhase(Phase):
         """The estimate's figures, the probe's and the duration from them, priced by table: `plan estimate`'s
         figures (JSON values)."""
         pricing = self.loaded.plan.pricing
-        named = {side: (getattr(pricing, side).provider, getattr(pricing, side).region) for side in SIDES}
+        named = {side: (getattr(pricing, side).provider, getattr(pricing, side).region, getattr(pricing, side).tier)
+                 for side in SIDES}  # fmt: skip
         source, target = ends(table, self.endpoints(), named).values()
         forecast = estimate.forecast
         whole = forecast.copies - forecast.multipart_objects
         data = {
             **estimate.figures(),
-            "source_default_encryption": self.source_encryption(),
+            **self.encryption(),
             "probe": None if probe is None else probe.to_dict(),
             **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
             # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.

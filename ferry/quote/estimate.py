@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,20 @@ SIDES = ("source", "target")
 # Said wherever request counts are shown: what they are exact for.
 REQUESTS_NOTE = (
     "exact for a run without faults, as the engine counts them (retries excluded: each one sends its request again); "
-    "the data gate's listing after the copy is not included"
+    "the data gate's listings after the copy are the class line gate_requests, apart"
 )
 
 
-def _plus(a: Requests, b: Requests) -> Requests:
+def gate_pages(listed: int | None, before: int, after: int, page: int | None) -> int | None:
+    """The listing requests (pages) the data gate's listing of one end sends after the run: as many as the dry
+    run's listing of it sent (listed; None: not counted), a page more or fewer as the run adds or removes objects
+    (before, after: the objects there; page: the keys one listing request returns, None where not said)."""
+    if listed is None or page is None:
+        return None
+    return max(1, listed + math.ceil(after / page) - math.ceil(before / page))
+
+
+def plus(a: Requests, b: Requests) -> Requests:
     """Two counts by class added (None, not counted, wins)."""
     if a is None or b is None:
         return None
@@ -40,6 +50,11 @@ class DataEstimate:
     requests: dict[str, Requests] = field(default_factory=lambda: dict.fromkeys(SIDES, {}))
     # What the estimate itself sent (its listings, checks and proofs).
     own_requests: dict[str, Requests] = field(default_factory=lambda: dict.fromkeys(SIDES, {}))
+    # What the data gate's listing of each end after the run sends (the data_sync gate lists both again).
+    gate_requests: dict[str, Requests] = field(default_factory=lambda: dict.fromkeys(SIDES, {}))
+    gate_note: str = "the data gate lists both ends again after the run: once per shard, as the run listed them"
+    # Where the source's listing came from: the source itself, or an inventory report (and when it was written).
+    listing: dict[str, Any] = field(default_factory=lambda: {"source": "listed", "inventory": None, "age_s": None})
     objects_listed: int = 0
     bytes_listed: int = 0
     shards: int = 0
@@ -50,14 +65,15 @@ class DataEstimate:
     taken_at: float = field(default_factory=time.time)
 
     def add(self, forecast: Forecast, requests: dict[str, Requests], own: dict[str, Requests], listed: int,
-            listed_bytes: int, seconds: float) -> None:  # fmt: skip
-        """Fold one shard's dry run in: its forecast, the run's requests, the dry run's own, what it listed and how
-        long it took."""
+            listed_bytes: int, seconds: float, gate: dict[str, Requests]) -> None:  # fmt: skip
+        """Fold one shard's dry run in: its forecast, the run's requests, the dry run's own, what it listed, how
+        long it took, and what the gate's listings after the run send."""
         self.listing_s += seconds
         self.forecast.add(forecast)
         for side in SIDES:
-            self.requests[side] = _plus(self.requests[side], requests.get(side))
-            self.own_requests[side] = _plus(self.own_requests[side], own.get(side))
+            self.requests[side] = plus(self.requests[side], requests.get(side))
+            self.own_requests[side] = plus(self.own_requests[side], own.get(side))
+            self.gate_requests[side] = plus(self.gate_requests[side], gate.get(side))
         self.objects_listed += listed
         self.bytes_listed += listed_bytes
         self.shards += 1
@@ -90,7 +106,10 @@ class DataEstimate:
             "size_histogram": self.histogram(),
             "requests": dict(self.requests),
             "requests_note": REQUESTS_NOTE,
+            "gate_requests": dict(self.gate_requests),
+            "gate_requests_note": self.gate_note,
             "estimate_requests": dict(self.own_requests),
+            "source_listing": dict(self.listing),
         }
 
 
@@ -125,7 +144,11 @@ def _missing(name: str) -> str:
         return "every key"
     if name in ("kms", "source_default_encryption"):
         return "not SSE-KMS, or not told" if name == "kms" else "not told"
-    return "not counted" if name.startswith(("requests", "estimate_requests")) else "not measured"
+    if name in ("kms_target", "target_write_encryption"):
+        return "no KMS key on the target's writes"
+    if name.startswith("source_listing."):
+        return "not told" if name.endswith("age_s") else "none"
+    return "not counted" if name.startswith(("requests", "estimate_requests", "gate_requests")) else "not measured"
 
 
 def _unit(name: str, figures: dict[str, Any]) -> str:

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from ferry.audit import AuditFolder
+from ferry.phases import data_sync
+from ferry.phases.base import open_phase
+from ferry.plan import load_plan
+from ferry.quote.estimate import gate_pages
+from ferry.results import Status
+from ferry.sync import run_sync
 from tests.connectors.test_s3 import new_bucket
 from tests.support import run_cli, run_ferry, write_plan
 
@@ -54,6 +61,11 @@ def test_the_estimate_is_what_the_run_then_does(prefect_api, moto_env, tmp_path)
     assert _target(moto_env, target) == before, "an estimate (its probe too) leaves the target as it was"
     probe = estimate["probe"]
     assert probe["objects"] == 7 and probe["problems"] == [] and probe["cleanup"].startswith("deleted 7 object(s)")
+    # The probe's own requests, counted apart from the run's (which the run's counters match below): its sample's
+    # listing, 6 whole PUTs and 5 parts, one multipart upload begun and completed, its cleanup's deletes.
+    assert probe["requests"]["target"]["PUT"] == 6 + 5 and probe["requests"]["target"]["MULTIPART"] == 2
+    assert probe["requests"]["target"]["DELETE"] == 7 and probe["requests"]["source"]["LIST"] >= 1
+    assert estimate["probe_requests_usd"] == {"source": None, "target": None}, "moto is no provider the table knows"
     assert probe["objects_per_s"] > 0 and probe["bytes_per_s"] > 0
     assert 0 < estimate["duration_p50_s"] <= estimate["duration_p90_s"]
     assert (
@@ -206,3 +218,51 @@ def test_plan_show_prints_the_last_estimate_with_its_age_or_reads_the_change_set
     assert code == 0, err
     assert "data_sync (the estimate of 0 second(s) ago" in out or "data_sync (the estimate of 1 second(s) ago" in out
     assert "copy 3 object(s), 1,302 bytes (0 again), delete 0" in out and "duration P50 not measured" in out
+
+
+def test_the_gates_listings_and_the_targets_kms_writes_are_what_a_run_then_sends(
+    moto_env, tmp_path, monkeypatch
+) -> None:
+    plan, _, _ = _plan(tmp_path, moto_env, "pricing: {target: {provider: aws, region: us-east-1}}\n")
+    plan.write_text(plan.read_text().replace("min_part_size: 262144}", "min_part_size: 262144, kms_key_id: alias/q}"))
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")
+    assert code == 0, err
+    quote = json.loads(out)
+    # SSE-KMS writes: one KMS request per PutObject (6), per part (5) and per multipart upload begun (1).
+    sent = quote["requests"]["target"]
+    assert quote["target_write_encryption"] == "aws:kms" and quote["kms"] is None
+    assert quote["kms_target"]["requests"] == sent["PUT"] + quote["multipart_objects"] == 6 + 5 + 1
+    assert quote["kms_target"]["usd"] == pytest.approx(12 / 10_000 * 0.03)
+    gate_sent = quote["gate_requests"]["target"]
+    by_class = {"LIST": 0.005, "HEAD": 0.0004}
+    assert quote["gate_requests_usd"]["target"] == pytest.approx(
+        sum(n * by_class[k] for k, n in gate_sent.items()) / 1000
+    )
+
+    # The run, then the phase's own gate, its requests counted by the connectors it opens.
+    loaded = load_plan(plan)
+    phase = open_phase(loaded, "data_sync")
+    for shard in phase.steps():
+        result = run_sync(
+            loaded.storage("source"), loaded.storage("target"), phase.transfer_settings(shard),
+            profiles=loaded.plan.profiles, state_dir=loaded.layout.state, verify=False,
+        )  # fmt: skip
+        assert result.stats.failed == 0
+    opened = []
+    real = data_sync.open_connector
+    monkeypatch.setattr(data_sync, "open_connector", lambda *args: opened.append(real(*args)) or opened[-1])
+    assert all(r.status == Status.PASS for r in phase.gate(AuditFolder(tmp_path / "audit")))
+    gate: dict[str, dict[str, int]] = {"source": {}, "target": {}}
+    for n, connector in enumerate(opened):  # the gate opens the source, then the target, per shard
+        for kind, count in connector.requests_sent().items():
+            side = gate["source" if n % 2 == 0 else "target"]
+            side[kind] = side.get(kind, 0) + count
+    assert quote["gate_requests"] == gate and gate["target"]["LIST"] == 2
+
+
+def test_the_gates_listing_takes_a_page_more_or_fewer_as_the_run_adds_or_removes_objects() -> None:
+    assert gate_pages(3, 2500, 2500, 1000) == 3
+    assert gate_pages(1, 999, 1001, 1000) == 2
+    assert gate_pages(2, 1001, 0, 1000) == 1, "an empty listing is one request"
+    assert gate_pages(0, 0, 4200, 1000) == 5, "a source the run did not list (an inventory report)"
+    assert gate_pages(None, 0, 5, 1000) is None and gate_pages(1, 0, 5, None) is None
