@@ -198,6 +198,11 @@ class Connector(abc.ABC):
         gate's); None where this connector does not count its requests."""
         return None
 
+    def request_payment(self) -> tuple[bool | None, bool]:
+        """Whether the store bills reading it to the reader (S3's Requester Pays, as its bucket says: one request;
+        None where it cannot tell), and whether this connector's requests say the requester pays."""
+        return None, False
+
     def write_encryption(self) -> str | None:
         """How this connector asks the store to encrypt what it writes (S3: `aws:kms` where its profile names a KMS
         key); None where it asks nothing of its own (the store's default applies). No request."""

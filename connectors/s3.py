@@ -170,6 +170,7 @@ _HEADER_OF = {
     "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
     "SSECustomerKey": "x-amz-server-side-encryption-customer-key",
     "SSECustomerKeyMD5": "x-amz-server-side-encryption-customer-key-MD5",
+    "RequestPayer": "x-amz-request-payer",
 }
 _FIELD_OF = {
     "etag": "ETag",
@@ -234,7 +235,7 @@ class S3Connector(Connector):
     def __init__(
         self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
         *, receipt: str = "auto", encryption: dict | None = None, customer_key: bytes | None = None,
-        transfer_client: str = "auto",
+        transfer_client: str = "auto", requester_pays: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(url)
         self.bucket = bucket
@@ -297,6 +298,10 @@ class S3Connector(Connector):
         self._sent: Counter[str] = Counter()
         self._sent_lock = threading.Lock()
         self.client.meta.events.register("before-call.s3", self._count_call)
+        # A Requester Pays bucket: every operation that can say so says the requester pays (RequestPayer).
+        self._requester_pays = requester_pays
+        if requester_pays:
+            self.client.meta.events.register("before-parameter-build.s3", self._pay_as_requester)
 
     def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
         """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
@@ -390,16 +395,28 @@ class S3Connector(Connector):
                 "encryption": profile.encryption_args(),
                 "customer_key": profile.customer_key(),
                 "transfer_client": profile.transfer_client,
+                "requester_pays": profile.requester_pays,
             }
         connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs, **extra)
         if profile is not None and profile.min_part_size:
             connector.capabilities = dataclasses.replace(cls.capabilities, min_part_size=profile.min_part_size)
-        if connector._customer:  # a presigned URL cannot carry the SSE-C key: no copy from a URL
+        if connector._customer or connector._requester_pays:
+            # A presigned URL cannot carry the SSE-C key, nor the requester's consent to pay: no copy from a URL.
             connector.capabilities = dataclasses.replace(connector.capabilities, presign=False)
         return connector
 
     def network_host(self) -> str | None:
         return urlsplit(self.endpoint).hostname
+
+    @staticmethod
+    def _pay_as_requester(params: dict, model, **_event) -> None:
+        # botocore's before-parameter-build event, before each call's parameters are serialised.
+        if model.input_shape is not None and "RequestPayer" in model.input_shape.members:
+            params.setdefault("RequestPayer", "requester")
+
+    def _payer(self) -> dict[str, str]:
+        """The argument a copy from this bucket takes when it is Requester Pays (the copy reads it)."""
+        return {"RequestPayer": "requester"} if self._requester_pays else {}
 
     def _count_call(self, model, **_event) -> None:
         # botocore's before-call event: one per call of the client (ferry's retries call it again).
@@ -431,6 +448,13 @@ class S3Connector(Connector):
 
     def write_encryption(self) -> str | None:
         return self._encryption.get("ServerSideEncryption")
+
+    def request_payment(self) -> tuple[bool | None, bool]:
+        try:
+            payer = self._call(self.url, self.client.get_bucket_request_payment).get("Payer")
+        except FerryError:  # not ours to read (the bucket owner's permission): not told
+            return None, self._requester_pays
+        return None if payer is None else payer == "Requester", self._requester_pays
 
     def copy_checks_source(self, info: ObjectInfo) -> bool:
         # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise
@@ -490,13 +514,14 @@ class S3Connector(Connector):
         assert self._crt is not None
         base = f"{self.root}/" if self.root else ""
         query = {"list-type": "2", "encoding-type": "url", "prefix": base + prefix}
+        paying = [(_HEADER_OF[name], value) for name, value in self._payer().items()]
         if start_after:
             query["start-after"] = base + start_after
         while True:
             what, args = self._what(prefix), urlencode(sorted(query.items()), quote_via=quote)
             self._count("ListObjectsV2")
             try:
-                page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, [])[1])
+                page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, paying)[1])
             except s3_crt.Failure as exc:
                 raise translate(exc, what) from None
             except ET.ParseError as exc:  # a page cut short: listed again from where it stopped
@@ -655,7 +680,7 @@ class S3Connector(Connector):
         botocore names them."""
         assert self._crt is not None
         headers = []
-        for name, value in {**args, **self._customer_encoded}.items():
+        for name, value in {**args, **self._customer_encoded, **self._payer()}.items():
             if name == "Metadata":
                 headers += [(f"x-amz-meta-{k}", v) for k, v in value.items()]
             else:
@@ -812,6 +837,7 @@ class S3Connector(Connector):
             MetadataDirective="COPY",
             ChecksumAlgorithm="CRC32C",
             **self._encryption,
+            **source._payer(),
         )
         result = response["CopyObjectResult"]
         etag = result["ETag"].strip('"')
@@ -839,6 +865,7 @@ class S3Connector(Connector):
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
             CopySourceIfMatch=info.signature,
             CopySourceRange=f"bytes={start}-{start + length - 1}",
+            **source._payer(),
         )
         result = response["CopyPartResult"]
         native = result.get("ChecksumCRC32C")

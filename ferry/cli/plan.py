@@ -293,6 +293,8 @@ def _print_estimate(figures: dict[str, Any]) -> None:
             money.add_row(f"the probe's requests to the {side}", _usd(figures["probe_requests_usd"][side]))
         money.add_row("the probe's egress", _usd(figures["probe_egress_usd"]))
     out.print(money)
+    said = f"the source's requests and egress are billed to {figures['source_billed_to']}"
+    out.print(said, markup=False, highlight=False, soft_wrap=True)
     probe = figures["probe"]
     if probe is None:
         out.print("duration: not measured (--no-probe)", markup=False, highlight=False)

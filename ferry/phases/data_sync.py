@@ -641,10 +641,17 @@ class DataSyncPhase(Phase):
         proofs = dict.fromkeys(PROOFS, 0)
         self.fetch_checkpoints(None)
         profiles = self.loaded.plan.profiles
-        # Opened to be asked what a listing of theirs sends (no request).
+        # Opened to be asked what a listing of theirs sends (no request), and who pays for reading the source.
         ends = {side: open_connector(self.loaded.storage(side), profiles) for side in SIDES}
-        for end in ends.values():
-            end.close()
+        try:
+            bucket, profile = ends["source"].request_payment()
+        finally:
+            for end in ends.values():
+                end.close()
+        if bucket and not profile:
+            said = "a Requester Pays bucket: its profile needs requester_pays: true (S3 refuses its reads otherwise)"
+            raise UsageError(self.loaded.problem(("source", "storage"), said))
+        estimate.requester_pays = {"bucket": bucket, "profile": profile}
         if self.gate_settings.deep_verify:
             estimate.gate_note = "not counted: the deep gate re-reads every object of the target besides listing it"
         with tempfile.TemporaryDirectory(prefix="ferry-estimate-") as scratch:
@@ -710,9 +717,9 @@ class DataSyncPhase(Phase):
                 connector.close()
         return ends
 
-    def encryption(self) -> dict[str, str | None]:
-        """The source's default encryption, where its connector can tell (one request), and the encryption the
-        target's writes ask for (none): the KMS requests of the reads and of the writes are priced by them."""
+    def store_settings(self) -> dict[str, Any]:
+        """What the stores say that prices depend on: the source's default encryption, where its connector can tell
+        (one request), and the encryption the target's writes ask for (none)."""
         source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
         target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
         try:
@@ -740,7 +747,7 @@ class DataSyncPhase(Phase):
         whole = forecast.copies - forecast.multipart_objects
         data = {
             **estimate.figures(),
-            **self.encryption(),
+            **self.store_settings(),
             "probe": None if probe is None else probe.to_dict(),
             **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
             # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.

@@ -81,6 +81,19 @@ def _kms_target(figures: dict[str, Any], target: End) -> dict[str, Any] | None:
     }
 
 
+def _billed_to(figures: dict[str, Any]) -> tuple[str, list[str]]:
+    """Whose account the source's requests and egress are billed to, and what to say of it."""
+    bucket, profile = figures["source_requester_pays"]["bucket"], figures["source_requester_pays"]["profile"]
+    if not (bucket or profile):
+        told = "" if bucket is False else " (its request payment not told)"
+        return f"the source bucket's owner{told}", []
+    note = (
+        "requester pays: the source's requests and egress (the estimate's own listing and the probe's too) are billed "
+        "to the account ferry reads it with, at the source's prices"
+    )
+    return "the reader (requester pays)", [note]
+
+
 def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     """The price figures of a quote's data figures (the keys `ferry plan estimate` adds)."""
     ends = {"source": source, "target": target}
@@ -108,7 +121,8 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     storage = target.prices.storage_gb_month if target.prices else None
     kms = _kms(figures, source)
     kms_target = _kms_target(figures, target)
-    notes = [egress_note]
+    billed_to, billing_notes = _billed_to(figures)
+    notes = [egress_note, *billing_notes]
     notes += [f"{side}: {end.why}" for side, end in ends.items() if end.why]
     if figures["intelligent_tiering_objects"]:
         notes.append(
@@ -123,6 +137,8 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
         "egress_usd_with_exit_waiver": 0.0 if egress_usd == 0 or (waiver and egress_usd is not None) else None,
         "exit_waiver": waiver,
         "requests_usd": request_usd,
+        # Whose account pays the source's requests and egress: its owner's, or the reader's (requester pays).
+        "source_billed_to": billed_to,
         "restore": restores,
         "storage_usd_per_month": None if storage is None else figures["bytes_listed"] / GB * storage,
         "gate_requests_usd": gate_usd,

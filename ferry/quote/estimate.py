@@ -63,6 +63,8 @@ class DataEstimate:
     # Seconds the dry runs took, one shard after another: the listing and diff a run does before it copies.
     listing_s: float = 0.0
     taken_at: float = field(default_factory=time.time)
+    # Who pays for reading the source: its bucket says (None: not told), its profile's requester_pays.
+    requester_pays: dict[str, bool | None] = field(default_factory=lambda: {"bucket": None, "profile": False})
 
     def add(self, forecast: Forecast, requests: dict[str, Requests], own: dict[str, Requests], listed: int,
             listed_bytes: int, seconds: float, gate: dict[str, Requests]) -> None:  # fmt: skip
@@ -110,6 +112,7 @@ class DataEstimate:
             "gate_requests_note": self.gate_note,
             "estimate_requests": dict(self.own_requests),
             "source_listing": dict(self.listing),
+            "source_requester_pays": dict(self.requester_pays),
         }
 
 
@@ -144,6 +147,8 @@ def _missing(name: str) -> str:
         return "every key"
     if name in ("kms", "source_default_encryption"):
         return "not SSE-KMS, or not told" if name == "kms" else "not told"
+    if name == "source_requester_pays.bucket":
+        return "not told"
     if name in ("kms_target", "target_write_encryption"):
         return "no KMS key on the target's writes"
     if name.startswith("source_listing."):

@@ -44,6 +44,7 @@ def write_html(path: Path, figures: dict[str, Any]) -> None:
     money = [
         (f"egress ({figures['egress_bytes']:,} bytes leave the source)", _usd(figures["egress_usd"])),
         ("egress with the exit waiver, if granted", _usd(figures["egress_usd_with_exit_waiver"], "no waiver known")),
+        ("the source's requests and egress billed to", figures["source_billed_to"]),
         ("requests at the source", _usd(figures["requests_usd"]["source"])),
         ("requests at the target", _usd(figures["requests_usd"]["target"])),
         ("the data gate's listing of the source", _usd(figures["gate_requests_usd"]["source"])),

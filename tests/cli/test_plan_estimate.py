@@ -18,6 +18,7 @@ from ferry.quote.estimate import gate_pages
 from ferry.results import Status
 from ferry.sync import run_sync
 from tests.connectors.test_s3 import new_bucket
+from tests.faults.proxy import FaultProxy
 from tests.support import run_cli, run_ferry, write_plan
 
 
@@ -266,3 +267,35 @@ def test_the_gates_listing_takes_a_page_more_or_fewer_as_the_run_adds_or_removes
     assert gate_pages(2, 1001, 0, 1000) == 1, "an empty listing is one request"
     assert gate_pages(0, 0, 4200, 1000) == 5, "a source the run did not list (an inventory report)"
     assert gate_pages(None, 0, 5, 1000) is None and gate_pages(1, 0, 5, None) is None
+
+
+def test_a_requester_pays_source_is_billed_to_the_reader_and_said(moto_env, tmp_path) -> None:
+    plan, source, _ = _plan(tmp_path, moto_env, "pricing: {source: {provider: aws, region: us-east-1}}\n")
+    owner = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
+    # moto does not implement GetBucketRequestPayment: not told.
+    assert owner["source_requester_pays"] == {"bucket": None, "profile": False}
+    assert owner["source_billed_to"] == "the source bucket's owner (its request payment not told)"
+    # The source through a proxy that keeps it Requester Pays, as S3 does.
+    with FaultProxy(moto_env.port, requester_pays=source) as proxy:
+        text = plan.read_text().replace(f"s3://{source}/p", f"payer://{source}/p")
+        payer = f"payer: {{type: s3, endpoint_url: '{proxy.endpoint}'}}, "
+        plan.write_text(text.replace("profiles: {", "profiles: {" + payer))
+        code, _, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")
+        assert code == 2 and err == (
+            f"ferry: error: {plan}:2: source.storage: a Requester Pays bucket: its profile needs requester_pays: "
+            "true (S3 refuses its reads otherwise)\n"
+        )
+        plan.write_text(
+            plan.read_text().replace(f"'{proxy.endpoint}'}}", f"'{proxy.endpoint}', requester_pays: true}}")
+        )
+        code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")
+        assert code == 0, err
+        paid = json.loads(out)
+        code, table, _ = run_cli("plan", "estimate", str(plan), "--no-probe")
+    assert paid["source_requester_pays"] == {"bucket": True, "profile": True}
+    assert paid["source_billed_to"] == "the reader (requester pays)"
+    # The same requests, at the same prices, on the reader's account.
+    assert paid["requests"]["source"] == owner["requests"]["source"]
+    assert paid["requests_usd"]["source"] == pytest.approx(owner["requests_usd"]["source"])
+    assert any(n.startswith("requester pays: the source's requests and egress") for n in paid["notes"])
+    assert code == 0 and "requests and egress are billed to the reader (requester pays)" in table

@@ -18,6 +18,9 @@ Per request, seeded so that a failure replays:
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
 `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
 with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource. With
+`requester_pays` (an S3 bucket's name, path style) that bucket is Requester Pays as S3 keeps one, which moto 5.2.5
+does not: GetBucketRequestPayment (`?requestPayment`) says so (other buckets: BucketOwner), and a request of its
+objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied). With
 `latency_s`, every request forwarded waits that long first, as on the way to a distant endpoint (the benchmark's).
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
@@ -103,6 +106,7 @@ class FaultProxy:
         corrupt_times: int = 1,
         unavailable: str | None = None,
         latency_s: float = 0.0,
+        requester_pays: str | None = None,
     ):
         assert set(kinds) <= set(KINDS) and lie in (
             None,
@@ -126,6 +130,7 @@ class FaultProxy:
         self.corrupted = 0
         self.unavailable = unavailable
         self.latency_s = latency_s
+        self.requester_pays = requester_pays
         self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
         self.refused = 0
         self.retry_after = retry_after
@@ -251,6 +256,8 @@ class FaultProxy:
                 if proxy.down.is_set():
                     self._reset()
                     return
+                if proxy.requester_pays is not None and self._payment():
+                    return
                 fault, outage, lie = proxy._draw(self.command, self.path)
                 if outage or fault == "reset":
                     self._reset()
@@ -343,6 +350,23 @@ class FaultProxy:
                 self.send_header("ETag", f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"')
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _payment(self) -> bool:
+                """Answer as S3 does for a Requester Pays bucket where moto does not; True when answered."""
+                path, _, query = self.path.partition("?")
+                bucket = path.lstrip("/").split("/", 1)[0]
+                if self.command == "GET" and query == "requestPayment":
+                    payer = "Requester" if bucket == proxy.requester_pays else "BucketOwner"
+                    tag = 'RequestPaymentConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+                    self._error(200, f"<{tag}><Payer>{payer}</Payer></RequestPaymentConfiguration>".encode(), {})
+                    return True
+                copied = self.headers.get("x-amz-copy-source", "").lstrip("/").split("/", 1)[0]
+                of_objects = "/" in path.lstrip("/") or (self.command == "GET" and "list-type" in query)
+                reads = (bucket == proxy.requester_pays and of_objects) or copied == proxy.requester_pays
+                if reads and self.headers.get("x-amz-request-payer") != "requester":
+                    self._error(403, DENIED, {})
+                    return True
+                return False
 
             def _error(self, status: int, body: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
