@@ -907,7 +907,6 @@ class S3Connector(Connector):
         sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
         keys: set[str] = set()
         handles: list[str] = []
-        base = f"{self.root}/" if self.root else ""
         while True:
             try:
                 answer = sqs.receive_message(
@@ -920,17 +919,62 @@ class S3Connector(Connector):
                 return keys, handles
             for message in messages:
                 handles.append(message["ReceiptHandle"])
-                try:
-                    body = json.loads(message["Body"])
-                except ValueError:
-                    continue  # not an S3 event: nothing to act on
-                for record in body.get("Records", []) if isinstance(body, dict) else []:
-                    entry = record.get("s3", {})
-                    if entry.get("bucket", {}).get("name") != self.bucket:
-                        continue
-                    key = unquote_plus(entry.get("object", {}).get("key", ""))
-                    if key.startswith(base) and key != base:
-                        keys.add(key[len(base) :])
+                keys.update(key for key, _ in self._events(message["Body"]))
+
+    def _events(self, body: str) -> list[tuple[str, int]]:
+        """The (key under the root, size) of each of this bucket's S3 events a message's body holds (a removal's
+        size 0); none for a test event, another bucket's, a key outside the root, a body that is no event."""
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return []
+        base, events = f"{self.root}/" if self.root else "", []
+        for record in message.get("Records", []) if isinstance(message, dict) else []:
+            entry = record.get("s3", {})
+            if entry.get("bucket", {}).get("name") != self.bucket:
+                continue
+            key = unquote_plus(entry.get("object", {}).get("key", ""))
+            if key.startswith(base) and key != base:
+                events.append((key[len(base) :], int(entry.get("object", {}).get("size") or 0)))
+        return events
+
+    def sample_events(self, queue_url: str, most: int) -> tuple[int, int, list[float]]:
+        """Of the first `most` messages waiting in queue_url, read and handed back (visible again once read): the S3
+        events under the root they hold, their bytes (a removal's none), and when SQS received each message holding
+        one (epoch seconds)."""
+        sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
+        events = size = read = 0
+        received: list[float] = []
+        handles: list[str] = []
+        try:
+            while read < most:
+                answer = sqs.receive_message(
+                    QueueUrl=queue_url, MaxNumberOfMessages=min(10, most - read), WaitTimeSeconds=0,
+                    VisibilityTimeout=60, MessageSystemAttributeNames=["SentTimestamp"],
+                )  # fmt: skip
+                messages = answer.get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    read += 1
+                    handles.append(message["ReceiptHandle"])
+                    held = self._events(message["Body"])
+                    if held:
+                        events += len(held)
+                        size += sum(n for _, n in held)
+                        received.append(int(message["Attributes"]["SentTimestamp"]) / 1000)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, what) from None
+        finally:
+            # Visible again at once: the cut-over's deltas read them.
+            for start in range(0, len(handles), 10):
+                batch = [
+                    {"Id": str(n), "ReceiptHandle": h, "VisibilityTimeout": 0}
+                    for n, h in enumerate(handles[start : start + 10])
+                ]
+                with contextlib.suppress(Exception):  # at worst they come back after 60 s
+                    sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=batch)
+        return events, size, received
 
     def forget_events(self, queue_url: str, handles: list[str]) -> None:
         """Delete the event messages that were acted on."""

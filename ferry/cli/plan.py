@@ -315,7 +315,7 @@ def _print_estimate(figures: dict[str, Any]) -> None:
                 f" (bound by {figures['duration_bound']}; listing {figures['listing_s']:,} s of it)"
             )
             out.print(said, markup=False, highlight=False)
-    out.print(f"cut-over churn: {figures['churn']}", markup=False, highlight=False)
+    out.print(f"cut-over deltas: {figures['churn']['text']}", markup=False, highlight=False)
     pricing = figures["pricing"]
     for side in SIDES:
         end = pricing[side]

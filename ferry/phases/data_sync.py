@@ -39,6 +39,7 @@ from connectors.transfer.state import FOLDER as TRANSFERS
 from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
+from ferry.cutover.history import churn
 from ferry.cutover.inventory import Inventory, load_inventory
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.files import Journal
@@ -750,8 +751,8 @@ class DataSyncPhase(Phase):
             **self.store_settings(),
             "probe": None if probe is None else probe.to_dict(),
             **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
-            # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.
-            "churn": "not applicable: the plan has no cut-over",
+            # A cut-over plan's deltas: predicted from its last cut-over's, else from the change log's event rate.
+            "churn": churn(self.loaded, probe.objects_per_s.p50 if probe else None, estimate.listing_s),
         }
         return {"plan": self.loaded.plan.name, **data, **priced(data, source, target)}
 

@@ -65,6 +65,7 @@ def write_html(path: Path, figures: dict[str, Any]) -> None:
         ("the probe's egress", _usd(figures["probe_egress_usd"], "no probe")),
         ("duration P50 / P90 (s)", _duration(figures)),
         ("bound by", figures["duration_bound"]),
+        ("cut-over deltas", figures["churn"]["text"]),
     ]
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = environment.from_string(TEMPLATE.read_text(encoding="utf-8")).render(
