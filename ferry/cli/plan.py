@@ -20,7 +20,7 @@ from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
 from ferry.quote.cost import SIDES, in_words
-from ferry.quote.estimate import REQUESTS_NOTE, cached, csv_text, save
+from ferry.quote.estimate import REQUESTS_NOTE, age_words, cached, csv_text, duration_words, save
 from ferry.quote.probe import run_probe
 from ferry.quote.report import write_html
 from ferry.results import Status
@@ -126,12 +126,11 @@ def _print_changes(loaded, phases: list, offline: bool) -> None:
         if phase.name == "data_sync" and kept is not None:
             figures, age = kept
             said = (
-                f"data_sync (the estimate of {_age(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
+                f"data_sync (the estimate of {age_words(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
                 "`ferry plan estimate` makes a new one): copy "
                 f"{figures['objects_to_copy']:,} object(s), {figures['bytes_to_copy']:,} bytes ("
                 f"{figures['objects_to_recopy']:,} again), delete {figures['objects_to_delete']:,}; "
-                f"{in_words(figures)}; duration P50 {_seconds(figures['duration_p50_s'])}, P90 "
-                f"{_seconds(figures['duration_p90_s'])}"
+                f"{in_words(figures)}; {duration_words(kept)}"
             )
         elif offline:
             said = f"{phase.name}: not read (--offline or --no-preflight)"
@@ -141,17 +140,6 @@ def _print_changes(loaded, phases: list, offline: bool) -> None:
             except FerryError as exc:
                 said = f"{phase.name}: its change set could not be read: {exc}"
         out.print(said, markup=False, highlight=False)
-
-
-def _age(seconds: float) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit}(s)"
-    return f"{int(seconds)} second(s)"
-
-
-def _seconds(value: float | None) -> str:
-    return "not measured" if value is None else f"{value:,} s"
 
 
 def _check_size(value: str) -> str:
@@ -250,7 +238,7 @@ def _print_estimate(figures: dict[str, Any]) -> None:
     out.print(sizes)
     if figures["source_listing"]["inventory"]:
         listing = figures["source_listing"]
-        age = "its age not told" if listing["age_s"] is None else f"written {_age(listing['age_s'])} ago"
+        age = "its age not told" if listing["age_s"] is None else f"written {age_words(listing['age_s'])} ago"
         said = f"the source listed by the inventory report {listing['inventory']} ({age}), as a cut-over's first delta"
         out.print(said, markup=False, highlight=False)
     requests = Table("requests", "source", "target", title="requests by class")

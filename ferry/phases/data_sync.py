@@ -48,7 +48,7 @@ from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, Ste
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
 from ferry.quote.cost import SIDES, ends, in_words, priced
-from ferry.quote.estimate import DataEstimate, gate_pages
+from ferry.quote.estimate import DataEstimate, cached, duration_words, gate_pages
 from ferry.quote.pricing import PriceTable, price_table
 from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
 from ferry.results import CheckResult, Status
@@ -772,7 +772,8 @@ class DataSyncPhase(Phase):
         return {("pricing", "prices"): self.loaded.resolve(prices)} if prices else {}
 
     def changes(self) -> Changes:
-        """A dry run of every shard: what would be copied and deleted, priced by the plan's price table."""
+        """A dry run of every shard: what would be copied and deleted, priced by the plan's price table, and how
+        long it would take as the last kept estimate measured it (no probe here: an approval sends none)."""
         estimate, proofs = self.estimate()
         figures = self.quote(estimate, None, self.price_table())
         forecast = estimate.forecast
@@ -788,7 +789,8 @@ class DataSyncPhase(Phase):
         text = (
             f"data_sync will copy {totals['objects_to_copy']} object(s), {totals['bytes_to_copy']:,} bytes, "
             f"from {self.loaded.storage('source')} to {self.loaded.storage('target')}"
-            f" and delete {totals['objects_to_delete']} object(s) there; {in_words(figures)}.{adopted}"
+            f" and delete {totals['objects_to_delete']} object(s) there; {in_words(figures)}; "
+            f"{duration_words(cached(self.loaded.layout.estimate(self.loaded.plan.name)))}.{adopted}"
         )
         return Changes(text, totals)
 

@@ -167,6 +167,27 @@ def _unit(name: str, figures: dict[str, Any]) -> str:
     return ""
 
 
+def age_words(seconds: float) -> str:
+    """An age in words, in its largest unit: `3 hour(s)`."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}(s)"
+    return f"{int(seconds)} second(s)"
+
+
+def duration_words(kept: tuple[dict[str, Any], float] | None) -> str:
+    """The data phase's duration as the last kept estimate measured it, with its age, or why it is not measured."""
+    if kept is None:
+        return "duration not measured (no estimate kept: `ferry plan estimate` probes it)"
+    figures, age = kept
+    if figures["duration_p50_s"] is None:
+        return f"duration not measured by the estimate of {age_words(age)} ago ({figures['duration_bound']})"
+    return (
+        f"duration P50 {figures['duration_p50_s']:,} s, P90 {figures['duration_p90_s']:,} s (the estimate of "
+        f"{age_words(age)} ago{', a SAMPLE' if figures['sample'] is not None else ''})"
+    )
+
+
 def save(path: Path, figures: dict[str, Any]) -> None:
     """Keep the figures where `plan show` finds them (written whole)."""
     write_atomic(path, json.dumps(figures, indent=2, sort_keys=True) + "\n")

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,7 @@ def test_plan_show_prints_the_last_estimate_with_its_age_or_reads_the_change_set
     code, out, err = run_cli("plan", "show", str(plan))
     assert code == 0, err
     assert "data_sync will copy 3 object(s), 1,302 bytes" in out and "requests not priced at the source" in out
+    assert "duration not measured (no estimate kept: `ferry plan estimate` probes it)" in out
     assert not (tmp_path / "dst").exists(), "plan show changes nothing"
     for offline in ("--offline", "--no-preflight"):
         code, out, err = run_cli("plan", "show", str(plan), offline)
@@ -218,7 +220,28 @@ def test_plan_show_prints_the_last_estimate_with_its_age_or_reads_the_change_set
     code, out, err = run_cli("plan", "show", str(plan), "--no-preflight", "--offline")
     assert code == 0, err
     assert "data_sync (the estimate of 0 second(s) ago" in out or "data_sync (the estimate of 1 second(s) ago" in out
-    assert "copy 3 object(s), 1,302 bytes (0 again), delete 0" in out and "duration P50 not measured" in out
+    assert "copy 3 object(s), 1,302 bytes (0 again), delete 0" in out
+    assert "duration not measured by the estimate of" in out and "(not measured (--no-probe))" in out
+
+
+def test_an_approval_says_the_duration_the_last_estimate_measured_with_its_age(tmp_path) -> None:
+    plan = write_plan(tmp_path, "approved")
+    loaded = load_plan(plan)
+    phase = open_phase(loaded, "data_sync")
+    assert phase.changes().text.endswith("duration not measured (no estimate kept: `ferry plan estimate` probes it).")
+    code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json")
+    assert code == 0, err
+    quote = json.loads(out)
+    kept = loaded.layout.estimate("approved")
+    two_hours_ago = time.time() - 7200
+    os.utime(kept, (two_hours_ago, two_hours_ago))
+    before = sorted((tmp_path / "dst").rglob("*"))
+    text = phase.changes().text
+    said = (
+        f"duration P50 {quote['duration_p50_s']:,} s, P90 {quote['duration_p90_s']:,} s (the estimate of 2 hour(s) ago)"
+    )
+    assert text.endswith(said + "."), text
+    assert sorted((tmp_path / "dst").rglob("*")) == before, "no probe inside an approval: the target as it was"
 
 
 def test_the_gates_listings_and_the_targets_kms_writes_are_what_a_run_then_sends(
