@@ -203,6 +203,12 @@ class Connector(abc.ABC):
         None where it cannot tell), and whether this connector's requests say the requester pays."""
         return None, False
 
+    def archive_status(self, key: str) -> str | None:
+        """The archive tier an object sits in that a listing does not tell (S3 Intelligent-Tiering's ARCHIVE_ACCESS or
+        DEEP_ARCHIVE_ACCESS: one HEAD), which a read needs a restore from first; None where it needs none, or where
+        the store does not say (no request)."""
+        return None
+
     def write_encryption(self) -> str | None:
         """How this connector asks the store to encrypt what it writes (S3: `aws:kms` where its profile names a KMS
         key); None where it asks nothing of its own (the store's default applies). No request."""

@@ -449,6 +449,10 @@ class S3Connector(Connector):
     def write_encryption(self) -> str | None:
         return self._encryption.get("ServerSideEncryption")
 
+    def archive_status(self, key: str) -> str | None:
+        head = self._call(self._what(key), self.client.head_object, Key=self._full(key), **self._customer)
+        return head.get("ArchiveStatus")
+
     def request_payment(self) -> tuple[bool | None, bool]:
         try:
             payer = self._call(self.url, self.client.get_bucket_request_payment).get("Payer")

@@ -48,7 +48,7 @@ from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, Ste
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
 from ferry.quote.cost import SIDES, ends, in_words, priced
-from ferry.quote.estimate import DataEstimate, cached, duration_words, gate_pages
+from ferry.quote.estimate import DataEstimate, cached, duration_words, gate_pages, plus
 from ferry.quote.pricing import PriceTable, price_table
 from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
 from ferry.results import CheckResult, Status
@@ -691,7 +691,26 @@ class DataSyncPhase(Phase):
                 estimate.add(forecast, result.requests, own, stats.objects_listed, stats.bytes_listed, seconds, gate)
                 for proof, n in stats.adopted_by.items():
                     proofs[proof] += n
+        self._archive_tiers(estimate)
         return estimate, proofs
+
+    def _archive_tiers(self, estimate: DataEstimate) -> None:
+        """Ask the source where each Intelligent-Tiering copy the forecast kept sits (one HEAD each, at most
+        TIERING_KEYS: the estimate's own requests): those in an archive tier need a restore first."""
+        asked = estimate.forecast.tiering_keys
+        if not asked:
+            return
+        source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        try:
+            for key, size in asked:
+                status = source.archive_status(key)
+                if status is not None:
+                    held = estimate.archive_tiers.setdefault(f"INTELLIGENT_TIERING/{status}", [0, 0])
+                    held[0], held[1] = held[0] + 1, held[1] + size
+            estimate.own_requests["source"] = plus(estimate.own_requests["source"], source.requests_sent())
+        finally:
+            source.close()
+        estimate.tiering_asked = len(asked)
 
     def _inventory(self, estimate: DataEstimate, scratch: Path) -> Inventory | None:
         """The plan's inventory report of the source (a cut-over's `inventory`) sorted into scratch, said in the

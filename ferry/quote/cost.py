@@ -109,7 +109,7 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     request_usd = by_side(figures["requests"])
     gate_usd = by_side(figures["gate_requests"])
     restores = {}
-    for kind, held in figures["archived"].items():
+    for kind, held in {**figures["archived"], **figures["intelligent_tiering"]["archive_tiers"]}.items():
         price = (source.prices.restore or {}).get(kind) if source.prices else None
         restores[kind] = {
             **held,
@@ -124,11 +124,8 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     billed_to, billing_notes = _billed_to(figures)
     notes = [egress_note, *billing_notes]
     notes += [f"{side}: {end.why}" for side, end in ends.items() if end.why]
-    if figures["intelligent_tiering_objects"]:
-        notes.append(
-            f"{figures['intelligent_tiering_objects']} object(s) in Intelligent-Tiering: a listing does not say "
-            "which sit in its archive tiers (those need a restore first, not counted here)"
-        )
+    if figures["intelligent_tiering"]["sample_note"]:
+        notes.append(figures["intelligent_tiering"]["sample_note"])
     return {
         "currency": "USD",
         "egress_bytes": egress_bytes,

@@ -63,6 +63,10 @@ class DataEstimate:
     # Seconds the dry runs took, one shard after another: the listing and diff a run does before it copies.
     listing_s: float = 0.0
     taken_at: float = field(default_factory=time.time)
+    # Of the Intelligent-Tiering copies, how many the estimate asked where they sit (the first TIERING_KEYS), and
+    # those in an archive tier by tier ("INTELLIGENT_TIERING/ARCHIVE_ACCESS"): [objects, bytes].
+    tiering_asked: int = 0
+    archive_tiers: dict[str, list[int]] = field(default_factory=dict)
     # Who pays for reading the source: its bucket says (None: not told), its profile's requester_pays.
     requester_pays: dict[str, bool | None] = field(default_factory=lambda: {"bucket": None, "profile": False})
 
@@ -111,6 +115,18 @@ class DataEstimate:
             "gate_requests": dict(self.gate_requests),
             "gate_requests_note": self.gate_note,
             "estimate_requests": dict(self.own_requests),
+            "intelligent_tiering": {
+                "asked": self.tiering_asked,
+                "sample_note": None
+                if self.tiering_asked == f.tiering
+                else (
+                    f"of {f.tiering:,} Intelligent-Tiering objects to copy, the first {self.tiering_asked:,} in key "
+                    "order were asked (HEAD) which tier they sit in: the archive tiers' figures are theirs, at least"
+                ),
+                "archive_tiers": {
+                    tier: {"objects": n, "bytes": size} for tier, (n, size) in sorted(self.archive_tiers.items())
+                },
+            },
             "source_listing": dict(self.listing),
             "source_requester_pays": dict(self.requester_pays),
         }
@@ -147,6 +163,8 @@ def _missing(name: str) -> str:
         return "every key"
     if name in ("kms", "source_default_encryption"):
         return "not SSE-KMS, or not told" if name == "kms" else "not told"
+    if name == "intelligent_tiering.sample_note":
+        return "every one asked"
     if name == "source_requester_pays.bucket":
         return "not told"
     if name in ("kms_target", "target_write_encryption"):

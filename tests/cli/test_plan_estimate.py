@@ -322,3 +322,44 @@ def test_a_requester_pays_source_is_billed_to_the_reader_and_said(moto_env, tmp_
     assert paid["requests_usd"]["source"] == pytest.approx(owner["requests_usd"]["source"])
     assert any(n.startswith("requester pays: the source's requests and egress") for n in paid["notes"])
     assert code == 0 and "requests and egress are billed to the reader (requester pays)" in table
+
+
+def test_intelligent_tiering_objects_in_an_archive_tier_are_asked_counted_priced_and_timed(
+    moto_env, tmp_path, monkeypatch
+) -> None:
+    plan, source, _ = _plan(tmp_path, moto_env, "pricing: {source: {provider: aws, region: us-east-1}}\n")
+    s3 = moto_env.client("s3")
+    for name, size in (("frequent", 100), ("archived", 2000), ("deep-1", 3000), ("deep-2", 4000)):
+        s3.put_object(Bucket=source, Key=f"p/a/it-{name}", Body=b"t" * size, StorageClass="INTELLIGENT_TIERING")
+    # S3 says where an Intelligent-Tiering object sits on a HEAD of it (moto does not: the proxy does).
+    tiers = {"it-archived": "ARCHIVE_ACCESS", "it-deep-": "DEEP_ARCHIVE_ACCESS"}
+    with FaultProxy(moto_env.port, archive_status=tiers) as proxy:
+        text = plan.read_text().replace(f"s3://{source}/p", f"tiers://{source}/p")
+        plan.write_text(
+            text.replace("profiles: {", f"profiles: {{tiers: {{type: s3, endpoint_url: '{proxy.endpoint}'}}, ")
+        )
+        quote = json.loads(run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")[1])
+        heads = proxy.headers[("HEAD", "host")]
+        # At most TIERING_KEYS asked: said as a sample.
+        monkeypatch.setattr("connectors.transfer.forecast.TIERING_KEYS", 2)
+        code, out, err = run_cli("plan", "estimate", str(plan), "--format", "json", "--no-probe")
+    assert code == 0, err
+    sampled = json.loads(out)
+    assert quote["intelligent_tiering_objects"] == 4
+    tiering = quote["intelligent_tiering"]
+    assert (tiering["asked"], tiering["sample_note"]) == (4, None)
+    assert tiering["archive_tiers"] == {
+        "INTELLIGENT_TIERING/ARCHIVE_ACCESS": {"objects": 1, "bytes": 2000},
+        "INTELLIGENT_TIERING/DEEP_ARCHIVE_ACCESS": {"objects": 2, "bytes": 7000},
+    }
+    assert quote["estimate_requests"]["source"]["HEAD"] >= 4 and heads >= 4
+    deep = quote["restore"]["INTELLIGENT_TIERING/DEEP_ARCHIVE_ACCESS"]
+    assert (deep["objects"], deep["bytes"], deep["hours"], deep["usd"]) == (2, 7000, 12, 0.0)
+    assert quote["restore"]["INTELLIGENT_TIERING/ARCHIVE_ACCESS"]["hours"] == 5
+    assert sampled["intelligent_tiering"]["asked"] == 2
+    assert "the first 2 in key order were asked" in sampled["intelligent_tiering"]["sample_note"]
+    assert sampled["intelligent_tiering"]["sample_note"] in sampled["notes"]
+    assert sampled["intelligent_tiering"]["archive_tiers"] == {  # it-archived and it-deep-1, in key order
+        "INTELLIGENT_TIERING/ARCHIVE_ACCESS": {"objects": 1, "bytes": 2000},
+        "INTELLIGENT_TIERING/DEEP_ARCHIVE_ACCESS": {"objects": 1, "bytes": 3000},
+    }

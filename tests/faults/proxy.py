@@ -20,7 +20,10 @@ And the fixed faults the older tests use: every `every`-th request a 503, writes
 with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource. With
 `requester_pays` (an S3 bucket's name, path style) that bucket is Requester Pays as S3 keeps one, which moto 5.2.5
 does not: GetBucketRequestPayment (`?requestPayment`) says so (other buckets: BucketOwner), and a request of its
-objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied). With
+objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied).
+With `archive_status` ({path part: ARCHIVE_ACCESS or DEEP_ARCHIVE_ACCESS}) a HEAD of an object whose path holds a
+part says the object sits in that Intelligent-Tiering archive tier (`x-amz-archive-status`), as S3 does and moto
+does not. With
 `latency_s`, every request forwarded waits that long first, as on the way to a distant endpoint (the benchmark's).
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
@@ -107,6 +110,7 @@ class FaultProxy:
         unavailable: str | None = None,
         latency_s: float = 0.0,
         requester_pays: str | None = None,
+        archive_status: dict[str, str] | None = None,
     ):
         assert set(kinds) <= set(KINDS) and lie in (
             None,
@@ -131,6 +135,7 @@ class FaultProxy:
         self.unavailable = unavailable
         self.latency_s = latency_s
         self.requester_pays = requester_pays
+        self.archive_status = archive_status or {}
         self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
         self.refused = 0
         self.retry_after = retry_after
@@ -330,6 +335,10 @@ class FaultProxy:
                     if lie and proxy.lie == "no-echo" and key.lower() == "x-amz-checksum-crc32c":
                         continue
                     self.send_header(key, value)
+                if self.command == "HEAD":
+                    for part, status in proxy.archive_status.items():
+                        if part in self.path:
+                            self.send_header("x-amz-archive-status", status)
                 # A HEAD answer has no body but keeps the object's Content-Length.
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(payload)))
