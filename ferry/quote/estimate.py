@@ -176,7 +176,7 @@ def _missing(name: str) -> str:
 
 def _unit(name: str, figures: dict[str, Any]) -> str:
     leaf = name.rpartition(".")[2]
-    if leaf.endswith("_usd") or "_usd." in name or leaf == "usd":
+    if any(part == "usd" or "_usd" in part for part in name.split(".")):
         return figures.get("currency", "USD")
     if "bytes" in leaf or leaf == "up_to":
         return "bytes"

@@ -115,6 +115,13 @@ def test_csv_names_every_figure_and_says_what_was_not_counted(moto_env, tmp_path
     assert rows["duration_p50_s"]["value"] == rows["duration_p90_s"]["value"] == "not measured"
     assert rows["duration_bound"]["value"] == "not measured (--no-probe)"
     assert rows["egress_usd"]["value"] == "not priced" and rows["egress_usd"]["unit"] == "USD"
+    # Every money figure carries the currency, the gate's and the estimate's own too.
+    money = [name for name in rows if "usd" in name]
+    assert "gate_requests_usd.target" in money and "estimate_usd" in money
+    assert all(rows[name]["unit"] == "USD" for name in money if name != "currency"), money
+    assert rows["gate_requests.target.LIST"]["value"] == "2" and rows["intelligent_tiering.sample_note"]["value"] == (
+        "every one asked"
+    )
     assert rows["sample"]["value"] == "every key"
     # The page for a change board: the same figures, the sizes as a chart.
     html = page.read_text()
