@@ -646,6 +646,7 @@ class DataSyncPhase(Phase):
         ends = {side: open_connector(self.loaded.storage(side), profiles) for side in SIDES}
         try:
             bucket, profile = ends["source"].request_payment()
+            estimate.own_requests["source"] = ends["source"].requests_sent()
         finally:
             for end in ends.values():
                 end.close()

@@ -328,6 +328,7 @@ def test_a_requester_pays_source_is_billed_to_the_reader_and_said(moto_env, tmp_
     assert paid["requests"]["source"] == owner["requests"]["source"]
     assert paid["requests_usd"]["source"] == pytest.approx(owner["requests_usd"]["source"])
     assert any(n.startswith("requester pays: the source's requests and egress") for n in paid["notes"])
+    assert paid["estimate_requests"]["source"]["OTHER"] >= 1, "its GetBucketRequestPayment, the estimate's own"
     assert code == 0 and "requests and egress are billed to the reader (requester pays)" in table
 
 
