@@ -17,6 +17,7 @@ import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from email.header import Header, decode_header, make_header
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
 from xml.etree import ElementTree as ET
 
@@ -198,6 +199,27 @@ _REQUEST_CLASS = {
     "AbortMultipartUpload": "MULTIPART",
     "DeleteObject": "DELETE",
 }
+
+
+def _ascii_metadata(metadata: Mapping[str, str], what: str) -> dict[str, str]:
+    """User metadata as S3 takes it in headers, the same by either client: a value with other than US-ASCII in it as
+    RFC 2047 encoded words (S3 stores such a value decoded, and gives it back encoded); a name must be ASCII."""
+    sent = {}
+    for name, value in metadata.items():
+        if not name.isascii():
+            raise PermanentError(f"{what}: user metadata name {name!r} is not US-ASCII, which S3 cannot store")
+        sent[name] = value if value.isascii() else Header(value, "utf-8").encode(linesep="")
+    return sent
+
+
+def _unfolded(value: str) -> str:
+    """A metadata value as it was written: RFC 2047 encoded words (S3's answer for one not in US-ASCII) decoded."""
+    if not (value.startswith("=?") and value.endswith("?=")):
+        return value
+    try:
+        return str(make_header(decode_header(value)))
+    except (ValueError, LookupError):  # a value that only looks encoded
+        return value
 
 
 class S3Connector(Connector):
@@ -517,7 +539,7 @@ class S3Connector(Connector):
 
     def _info(self, key: str, head: dict) -> ObjectInfo:
         """ObjectInfo from a HEAD or GET response; ferry's checksum is taken out of the user metadata."""
-        metadata = dict(head.get("Metadata", {}))
+        metadata = {name: _unfolded(value) for name, value in head.get("Metadata", {}).items()}
         checksum = metadata.pop(CHECKSUM_META, None)
         etag = head["ETag"].strip('"')
         # A checksum of the whole object: S3 says FULL_OBJECT; a single-part object's is one whatever it says (moto
@@ -593,8 +615,8 @@ class S3Connector(Connector):
             raise TransientError(f"{what}: short read: {len(data)} of {length} bytes", code="ShortRead")
         return data
 
-    def _write_args(self, spec: WriteSpec, *, with_checksum: bool) -> dict:
-        metadata = dict(spec.metadata)
+    def _write_args(self, spec: WriteSpec, *, with_checksum: bool, what: str) -> dict:
+        metadata = _ascii_metadata(spec.metadata, what)
         if with_checksum and spec.checksum:
             metadata[CHECKSUM_META] = spec.checksum
         args: dict = {"Metadata": metadata, **self._encryption, **self._customer}
@@ -661,7 +683,7 @@ class S3Connector(Connector):
 
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
         what = self._what(key)
-        args = self._write_args(spec, with_checksum=True)
+        args = self._write_args(spec, with_checksum=True, what=what)
 
         def send(checks: dict) -> dict:
             if self._by_crt():
@@ -682,7 +704,7 @@ class S3Connector(Connector):
             Key=self._full(key),
             ChecksumAlgorithm="CRC32C",
             ChecksumType="FULL_OBJECT",
-            **self._write_args(spec, with_checksum=False),
+            **self._write_args(spec, with_checksum=False, what=self._what(key)),
         )
         return response["UploadId"]
 

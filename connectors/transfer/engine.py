@@ -372,7 +372,7 @@ class Transfer:
         checked = False
         try:
             # Before anything is completed: what was read must be what the source holds.
-            held = self._route.held_upload(upload, parts, crc)
+            held, why_not = self._route.held_upload(upload, parts, crc)
             checked = True
             written = self._call(self.target.complete, key, upload.upload_id, parts, spec)
             self._verify(key, info.size, checksum)
@@ -393,7 +393,7 @@ class Transfer:
         record_sig = job.action.src.signature if job.action.src else info.signature
         self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum, held_to=held))
         self.stats.finished(job.started, bytes_copied=info.size)
-        self.stats.held(held)
+        self.stats.held(held, why_not)
         job.finish()
 
     def _verify(self, key: str, size: int, checksum: str | None) -> None:

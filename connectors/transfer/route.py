@@ -20,6 +20,7 @@ from connectors.transfer import source_checksum
 from connectors.transfer.retry import Recopy
 from connectors.transfer.scheduler import RateLimiter
 from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.source_checksum import READ_IN_PARTS, RESUMED_PARTS
 from connectors.transfer.stats import Stats
 from ferry.errors import PermanentError, TransientError
 
@@ -114,22 +115,27 @@ class Route:
                 check = None
         return Upload(key, info, part_size, mode, check=check, copies=self.target.body_copies())
 
-    def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> str | None:
+    def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> tuple[str | None, str | None]:
         """Hold a finished upload's parts (crc: their combined CRC32C, where every part has one) to what the source
-        holds: the kind the bytes ferry read were held to, None when none were (the source holds nothing that
-        combines, the store copied the bytes, an earlier run sent a part); ChecksumMismatch when they differ."""
+        holds: (the kind the bytes ferry read were held to, None when none were; why not, where the source holds a
+        checksum the bytes read could not be held to: source_checksum.NOT_HELD). ChecksumMismatch when they differ."""
+        if upload.mode == "server":  # no byte passed through ferry: the store's CRC32C of its copy is checked
+            if upload.check is not None and crc is not None:
+                source_checksum.parts(self.source.url, upload.info, upload.check, [(crc, upload.info.size)])
+            return None, None
         if upload.check is None:
-            return None
+            holds = source_checksum.held(upload.info, source_checksum.KINDS) is not None
+            return None, READ_IN_PARTS if holds else None
         if upload.check == CRC32C.name:
             if crc is None:
-                return None
+                return None, RESUMED_PARTS
             values: list[tuple[int | bytes, int]] = [(crc, upload.info.size)]
         elif len(upload.sums) == len(parts):
             values = [(upload.sums[p.number], p.size) for p in parts]
         else:
-            return None
+            return None, RESUMED_PARTS
         source_checksum.parts(self.source.url, upload.info, upload.check, values)
-        return None if upload.mode == "server" else upload.check
+        return upload.check, None
 
     def copy_object(self, key: str, src: ObjectInfo) -> tuple[ObjectInfo, str | None, str | None, dict[str, int]]:
         """Copy one object in one request: (what the target now holds, its checksum, what the source holds that the
