@@ -171,9 +171,9 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
         elif settings.change_log is None or not record.deltas:
             delta = run_delta(loaded, number, folder, final=False)
         else:  # after a first full listing, the keys the change log named since
-            with change_log(loaded) as keys:
+            with change_log(loaded) as changes:
                 last = record.deltas[-1].target_objects
-                delta = run_delta(loaded, number, folder, final=False, keys=keys, target_objects=last)
+                delta = run_delta(loaded, number, folder, final=False, changes=changes, target_objects=last)
         record.deltas.append(delta)
         say(
             f"delta {number}: {delta.objects} copied ({delta.bytes} bytes), {delta.deleted} deleted, "
