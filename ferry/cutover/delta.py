@@ -130,14 +130,14 @@ def change_log(loaded: LoadedPlan) -> Iterator[Changes]:
         source.close()
 
 
-def load_inventory(loaded: LoadedPlan, folder: Path) -> Inventory:
-    """The plan's S3 Inventory report of its source (`cutover.inventory`), sorted into folder."""
+def load_inventory(loaded: LoadedPlan, folder: Path, manifest: str) -> Inventory:
+    """The S3 Inventory report of the plan's source that manifest names (`cutover.inventory`'s, or a newer one of
+    its configuration), sorted into folder."""
     source = open_connector(loaded.storage("source"), loaded.plan.profiles)
     try:
         bucket, root = source.bucket, source.root
     finally:
         source.close()
-    manifest = loaded.plan.cutover.inventory.manifest
     return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")
 
 
