@@ -131,13 +131,18 @@ def _cancel_as_sigterm(flow_run_id: UUID | str | None) -> Iterator[None]:
 
 def settle_cancel(run_id: str) -> None:
     """After the flow run run_id ended by an interrupt: if a cancel from the UI stopped it, mark it Cancelled (as
-    Prefect's runner marks a run it stopped; the engine's own Failed is refused while the run is Cancelling)."""
+    Prefect's runner marks a run it stopped; the engine's own Failed is refused while the run is Cancelling). The
+    server out of reach leaves the run Cancelling: the interrupt's own line is what the operator needs."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
-    with get_client(sync_client=True) as client:
-        for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run_id]))):
-            if run.state is not None and run.state.is_cancelling():
-                client.set_flow_run_state(run.id, Cancelled(message="cancelled: the same command resumes"))
+    named = FlowRunFilter(name=FlowRunFilterName(any_=[run_id]))
+    try:
+        with get_client(sync_client=True) as client:
+            for run in client.read_flow_runs(flow_run_filter=named):
+                if run.state is not None and run.state.is_cancelling():
+                    client.set_flow_run_state(run.id, Cancelled(message="cancelled: the same command resumes"))
+    except Exception as exc:  # noqa: BLE001 - never in place of the interrupt being reported
+        log.warning("the cancelled run's state could not be set", error=f"{type(exc).__name__}: {exc}")
 
 
 def _artifact(folder: Path) -> None:

@@ -178,11 +178,16 @@ def test_bucket_policy_needs_an_s3_source_and_approval_needs_a_server(tmp_path) 
     assert code == 2 and "needs a Prefect server: set PREFECT_API_URL or --yes" in err
 
 
-def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, tmp_path) -> None:
-    plan = cutover_plan(
-        tmp_path, moto_env, "co-approve", "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
+def approval_plan(root: Path, moto, name: str) -> Path:
+    """A plan whose cut-over fits at once; its one freeze step touches `froze` (and its undo `unfroze`)."""
+    return cutover_plan(
+        root, moto, name, "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
         "- {run: 'touch froze', undo: 'touch unfroze'}\n"
     )  # fmt: skip
+
+
+def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, tmp_path) -> None:
+    plan = approval_plan(tmp_path, moto_env, "co-approve")
     run = Watched("cutover", str(plan), api=prefect_api)
     assert run.wait_for("the freeze waits for approval")
     assert not (tmp_path / "froze").exists()
@@ -199,10 +204,7 @@ def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, t
 
 
 def test_an_approval_that_times_out_freezes_nothing_and_a_rerun_works(prefect_api, moto_env, tmp_path) -> None:
-    plan = cutover_plan(
-        tmp_path, moto_env, "co-timeout", "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
-        "- {run: 'touch froze', undo: 'touch unfroze'}\n"
-    )  # fmt: skip
+    plan = approval_plan(tmp_path, moto_env, "co-timeout")
     code, _, err = run_ferry("cutover", str(plan), "--approval-timeout", "3", api=prefect_api)
     assert code == 1, err
     assert "the freeze waits for approval" in err
@@ -223,10 +225,7 @@ def test_an_approval_that_times_out_freezes_nothing_and_a_rerun_works(prefect_ap
 def test_a_cancel_of_the_approval_wait_from_the_ui_freezes_nothing(prefect_api, moto_env, tmp_path) -> None:
     from tests.cutover.test_cutover_rollback import cancel, final_state
 
-    plan = cutover_plan(
-        tmp_path, moto_env, "co-cancel-wait", "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
-        "- {run: 'touch froze', undo: 'touch unfroze'}\n"
-    )  # fmt: skip
+    plan = approval_plan(tmp_path, moto_env, "co-cancel-wait")
     run = Watched("cutover", str(plan), api=prefect_api)
     assert run.wait_for("the freeze waits for approval")
     flow_run_id = cancel(plan)

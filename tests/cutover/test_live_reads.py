@@ -75,16 +75,21 @@ def test_reads_of_another_version_than_the_listed_one_are_refused_by_the_store(r
         source.close()
 
 
+def changed_under(profiles: dict, s3, bucket: str) -> ObjectInfo:
+    """p/k in bucket written twice; what a listing through the `proxied` profile said of it between the writes."""
+    source = open_connector(f"proxied://{bucket}/p", profiles)
+    try:
+        return changed_since_listed(s3_writer(s3, bucket), source.stat, "k")
+    finally:
+        source.close()
+
+
 def test_a_live_s3_read_sends_if_match_and_the_next_delta_copies_the_change(moto_env, tmp_path) -> None:
     s3 = moto_env.client("s3")
     s3.create_bucket(Bucket="lr-stream")
     with FaultProxy(moto_env.port) as proxy:
         profiles = {"proxied": Profile(type="s3", endpoint_url=proxy.endpoint)}
-        source = open_connector("proxied://lr-stream/p", profiles)
-        try:
-            listed = changed_since_listed(s3_writer(s3, "lr-stream"), source.stat, "k")
-        finally:
-            source.close()
+        listed = changed_under(profiles, s3, "lr-stream")
         first = live_delta("proxied://lr-stream/p", str(tmp_path / "dst"), profiles, tmp_path / "state", [listed])
         assert proxy.headers[("GET", "if-match")] == 1
         assert (first.stats.changed_during_copy, first.stats.failed, first.stats.copied) == (1, 0, 0)
@@ -100,11 +105,7 @@ def test_a_copy_source_if_match_412_is_copied_by_the_next_delta_not_an_error(mot
         s3.create_bucket(Bucket=bucket)
     with FaultProxy(moto_env.port, copy_source_if_match=True) as proxy:
         profiles = {"proxied": Profile(type="s3", endpoint_url=proxy.endpoint)}
-        source = open_connector("proxied://lr-copy-src/p", profiles)
-        try:
-            listed = changed_since_listed(s3_writer(s3, "lr-copy-src"), source.stat, "k")
-        finally:
-            source.close()
+        listed = changed_under(profiles, s3, "lr-copy-src")
         ends, state = ("proxied://lr-copy-src/p", "proxied://lr-copy-dst/q"), tmp_path / "state"
         first = live_delta(*ends, profiles, state, [listed])
         assert first.stats.bytes_server_side == 0 and proxy.copy_preconditions_failed == 1
