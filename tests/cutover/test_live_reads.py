@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import ObjectInfo
+from connectors.base import ObjectInfo, WriteSpec
 from connectors.registry import open_connector
 from connectors.transfer import TransferSettings
+from connectors.transfer.retry import Recopy
+from connectors.transfer.route import Route, Upload
+from connectors.transfer.stats import Stats
 from ferry.errors import PermanentError
 from ferry.profiles import Profile
 from ferry.sync import SyncResult, run_sync
@@ -73,6 +76,28 @@ def test_reads_of_another_version_than_the_listed_one_are_refused_by_the_store(r
         assert source.open_range("k", 2, 5, if_match=now) == b"ter v"
     finally:
         source.close()
+
+
+def test_each_part_of_a_live_copy_in_parts_is_read_with_if_match(moto_env, tmp_path) -> None:
+    """A streamed part's ranged GET asks for the version the upload began from: read from another, it is refused by
+    the store (a change between two parts never mixes two versions in one object)."""
+    s3 = moto_env.client("s3")
+    s3.create_bucket(Bucket="lr-parts")
+    with FaultProxy(moto_env.port) as proxy:
+        profiles = {"proxied": Profile(type="s3", endpoint_url=proxy.endpoint)}
+        began_from = changed_under(profiles, s3, "lr-parts")
+        source, target = open_connector("proxied://lr-parts/p", profiles), open_connector(str(tmp_path / "dst"), {})
+        try:
+            route = Route(source, target, LIVE, Stats(), lambda fn, *a, **k: fn(*a, **k), Recopy(lambda: None))
+            upload = Upload("k", began_from, 5, "stream", upload_id=target.begin("k", WriteSpec(), 5))
+            with pytest.raises(PermanentError, match="changed since it was listed") as raised:
+                route.copy_part(upload, 2)
+            assert raised.value.code == "Changed" and proxy.headers[("GET", "if-match")] == 1
+            now = Upload("k", source.stat("k"), 5, "stream", upload_id=upload.upload_id)
+            assert route.copy_part(now, 2).size == 5
+        finally:
+            source.close()
+            target.close()
 
 
 def changed_under(profiles: dict, s3, bucket: str) -> ObjectInfo:
