@@ -194,10 +194,10 @@ class LocalConnector(Connector):
             metadata=json.loads(raw) if raw else {},
         )
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The whole file and what stat() says of it, from one open."""
         if key.endswith("/"):
-            return super().get(key)
+            return super().get(key, if_match=if_match)
         fd, st = self._open_file(key)
         try:
             return self._read_fd(fd, key, 0, st.st_size), self._info(key, st, fd)
@@ -250,7 +250,7 @@ class LocalConnector(Connector):
             os.setxattr(fd, _X_META, json.dumps(dict(spec.metadata), sort_keys=True).encode())
 
     # -- reading -------------------------------------------------------------------------------
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         if length == 0:
             return b""
         fd, _ = self._open_file(key)

@@ -89,7 +89,7 @@ def _answered(what: str, code: str, message: str, status: int, headers: Mapping[
         return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
     if code in _NOT_FOUND_CODES:
         return NotFoundError(line, code=code)
-    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's source is the listed version
+    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's or read's source is the listed one
         return PermanentError(f"{what}: the source changed since it was listed", code="Changed")
     return PermanentError(line, code=code)
 
@@ -128,6 +128,48 @@ def translate(exc: Exception, what: str) -> Exception:
         said = f"{cause} ({exc})" if cause else f"{type(exc).__name__}: {exc}"
         return PermanentError(f"{what}: {said}", code=type(exc).__name__)
     return exc
+
+
+def _if_match(signature: str | None) -> dict[str, str]:
+    """A read's precondition: only the version with this ETag (S3 answers 412 PreconditionFailed to another)."""
+    return {"IfMatch": f'"{signature}"'} if signature else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Changes:
+    """One drain of a change log: the keys its events named; for those whose every record carries a sequencer, the
+    state the latest one left (the object it wrote, None: removed), known without asking the store; the messages'
+    receipt handles."""
+
+    keys: set[str]
+    latest: dict[str, ObjectInfo | None]
+    handles: list[str]
+
+
+def _latest(records: dict[str, list[dict]]) -> dict[str, ObjectInfo | None]:
+    """Per key whose every record carries a sequencer, what the one with the highest says (S3 orders a key's events
+    by it: hexadecimal strings of any length, compared as numbers); a key with a record without one (moto sends
+    none), or whose latest is not a creation with its size and ETag or a removal, is left out: its state is asked of
+    the store."""
+    latest: dict[str, ObjectInfo | None] = {}
+    for key, events in records.items():
+        objects = [event["s3"]["object"] for event in events]
+        if not all(_hex(o.get("sequencer")) is not None for o in objects):
+            continue
+        last = max(range(len(events)), key=lambda n: _hex(objects[n]["sequencer"]))
+        state, name = objects[last], str(events[last].get("eventName", ""))
+        if name.startswith("ObjectRemoved:"):
+            latest[key] = None
+        elif name.startswith("ObjectCreated:") and isinstance(state.get("size"), int) and state.get("eTag"):
+            latest[key] = ObjectInfo(key=key, size=state["size"], signature=str(state["eTag"]).strip('"'))
+    return latest
+
+
+def _hex(value: object) -> int | None:
+    try:
+        return int(str(value), 16) if value else None
+    except ValueError:
+        return None
 
 
 def _multipart_etag(parts: list[Part]) -> str | None:
@@ -583,10 +625,15 @@ class S3Connector(Connector):
                 return None
         return size
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         what = self._what(key)
         response = self._call(
-            what, self.client.get_object, Key=self._full(key), ChecksumMode="ENABLED", **self._customer
+            what,
+            self.client.get_object,
+            Key=self._full(key),
+            ChecksumMode="ENABLED",
+            **_if_match(if_match),
+            **self._customer,
         )
         try:
             # ChecksumMode brings the store's full-object checksum, which botocore would hash the body for once more:
@@ -596,7 +643,7 @@ class S3Connector(Connector):
             raise translate(exc, what) from None
         return data, self._info(key, response)
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         if length == 0:
             return b""
         what = self._what(key)
@@ -605,6 +652,7 @@ class S3Connector(Connector):
             self.client.get_object,
             Key=self._full(key),
             Range=f"bytes={start}-{start + length - 1}",
+            **_if_match(if_match),
             **self._customer,
         )
         try:
@@ -886,13 +934,13 @@ class S3Connector(Connector):
             raise translate(exc, f"{self.url}: who ferry runs as (sts:GetCallerIdentity)") from None
 
     # -- S3 event notifications through SQS (a cut-over's change log) ----------------------------------------------
-    def changed_keys(self, queue_url: str) -> tuple[set[str], list[str]]:
-        """The keys under the root that the bucket's event notifications waiting in queue_url name (created or
-        removed: the caller reads each key's state now), and the messages' receipt handles, to delete once acted on
-        (`forget_events`). Test events, other buckets' events and keys outside the root are left out; a key named
-        twice is one key."""
+    def changed_keys(self, queue_url: str) -> Changes:
+        """What the bucket's event notifications waiting in queue_url say of the keys under the root: every key
+        they name, each key's state by its latest event where every record of it carries a sequencer, and the
+        messages' receipt handles, to delete once acted on (`forget_events`). Test events, other buckets' events
+        and keys outside the root are left out; a key named twice is one key."""
         sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
-        keys: set[str] = set()
+        records: dict[str, list[dict]] = {}
         handles: list[str] = []
         base = f"{self.root}/" if self.root else ""
         while True:
@@ -904,7 +952,7 @@ class S3Connector(Connector):
                 raise translate(exc, what) from None
             messages = answer.get("Messages", [])
             if not messages:
-                return keys, handles
+                return Changes(set(records), _latest(records), handles)
             for message in messages:
                 handles.append(message["ReceiptHandle"])
                 try:
@@ -917,7 +965,7 @@ class S3Connector(Connector):
                         continue
                     key = unquote_plus(entry.get("object", {}).get("key", ""))
                     if key.startswith(base) and key != base:
-                        keys.add(key[len(base) :])
+                        records.setdefault(key[len(base) :], []).append(record)
 
     def forget_events(self, queue_url: str, handles: list[str]) -> None:
         """Delete the event messages that were acted on."""

@@ -156,8 +156,8 @@ class Route:
     def _read_whole(self, key: str, src: ObjectInfo) -> tuple[bytes, ObjectInfo]:
         """The object the listing saw, whole: a body cut short (with a Content-Length that agrees with the cut) is
         transient, read again; an object changed since the listing fails (the next run copies its new version), and
-        so does, on a live source, another version of the same size."""
-        data, info = self.source.get(key)
+        so does, on a live source, another version of the same size (asked of the store itself where it can)."""
+        data, info = self.source.get(key, if_match=self._listed(src))
         if self.settings.live and info.signature != src.signature:
             raise PermanentError(f"{self.source.url}: {key}: changed since it was listed", code="Changed")
         if len(data) != src.size:
@@ -166,6 +166,11 @@ class Route:
             said = f"{self.source.url}: {key}: read {len(data)} of its {src.size} bytes"
             raise TransientError(said, code="ShortRead")
         return data, info
+
+    def _listed(self, info: ObjectInfo) -> str | None:
+        """The version a read of a live source must find (its If-Match): the one the listing (or the upload's stat)
+        saw, so that a part never mixes two versions; None off a cut-over."""
+        return info.signature if self.settings.live else None
 
     def adopt_part(self, upload: Upload, listed: Part) -> Part | None:
         """A part the store holds of a resumed upload that its state did not record (it was sent after the state's
@@ -179,7 +184,7 @@ class Route:
             return listed
         if upload.mode != "stream":
             return None
-        data = self._call(self.source.open_range, upload.key, start, length)
+        data = self._call(self.source.open_range, upload.key, start, length, if_match=self._listed(upload.info))
         self.stats.add(bytes_read=len(data))
         if len(data) != length or md5_hex(data) != listed.etag:
             return None
@@ -214,7 +219,7 @@ class Route:
                     self._url_ok = False
                     self.stats.url_copy = f"unsupported by the target ({exc.code}): streamed instead"
                     log.warning("target cannot pull from a URL; streaming through ferry instead", code=exc.code)
-        data = self._call(self.source.open_range, key, start, length)
+        data = self._call(self.source.open_range, key, start, length, if_match=self._listed(upload.info))
         self.stats.add(bytes_read=len(data))
         if (value := source_checksum.part(upload.check, data)) is not None:
             upload.sums[number] = value

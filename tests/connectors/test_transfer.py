@@ -229,7 +229,7 @@ def test_a_listed_part_the_state_did_not_record_is_kept_only_where_the_store_pro
     source = open_connector(str(tmp_path / "src"), {})
     target = open_connector(str(tmp_path / "dst"), {})
     stats = Stats()
-    route = Route(source, target, TransferSettings(), stats, lambda fn, *a: fn(*a), Recopy(lambda: None))
+    route = Route(source, target, TransferSettings(), stats, lambda fn, *a, **k: fn(*a, **k), Recopy(lambda: None))
     upload = Upload("blob", source.stat("blob"), 4096, "stream", upload_id="u")
     second = data[4096:8192]
 
