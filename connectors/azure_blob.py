@@ -67,6 +67,9 @@ _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _DIGEST_MISMATCH = {"Md5Mismatch", "Crc64Mismatch"}
 # Azure could not read the URL it was to copy from (a presigned URL it is refused, an endpoint it cannot reach).
 _NO_SOURCE = "CannotVerifyCopySource"
+# The one precondition ferry's reads send (If-Match on the listed ETag) not met: the blob changed since its listing
+# (an answer without Azure's error code says the HTTP status's phrase).
+_CHANGED = {"ConditionNotMet", "PreconditionFailed"}
 # How the SDK's validate_content says an answer's Content-MD5 is not the MD5 of what was sent (a bare AzureError).
 _RECEIPT_MISMATCH = "MD5 mismatch"
 # Decoded block ids ferry stages: "<upload token>-<part number>"; number 0 is the upload's marker.
@@ -116,6 +119,8 @@ def _translate(exc: AzureError, what: str) -> FerryError:
     if isinstance(exc, HttpResponseError):
         if not answered:  # the response body broke off mid-read
             return TransientError(message, code=code)
+        if code in _CHANGED:
+            return PermanentError(f"{what}: the source changed since it was listed", code="Changed")
         if code == _NO_SOURCE:  # whatever the status (403, 404, 409, 500): the route streams the part instead
             return PermanentError(message, code=code)
         if code in _DIGEST_MISMATCH:
@@ -128,6 +133,12 @@ def _translate(exc: AzureError, what: str) -> FerryError:
     if str(exc.message).startswith(_RECEIPT_MISMATCH):
         return ChecksumMismatch(message)
     return PermanentError(message, code=code)
+
+
+def _if_match(signature: str | None) -> dict[str, Any]:
+    """A read's precondition: only the version with this ETag (the SDK sends If-Match; Azure answers 412
+    ConditionNotMet to another, and the SDK holds a download's later chunks to the first one's ETag)."""
+    return {"etag": f'"{signature}"', "match_condition": MatchConditions.IfNotModified} if signature else {}
 
 
 def _resolve(creds: Credentials, name: str, url: str) -> str:
@@ -340,11 +351,11 @@ class AzureBlobConnector(Connector):
         with self._errors(key):
             return self._info(key, blob.get_blob_properties())
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The whole blob and its properties from one GET."""
         blob = self._blob(key)
         with self._errors(key):
-            download = blob.download_blob()
+            download = blob.download_blob(**_if_match(if_match))
             data = download.readall()
         info = self._info(key, download.properties)
         # The SDK fetches what a short body left out, but takes that answer as it comes: still short, it is read
@@ -353,12 +364,12 @@ class AzureBlobConnector(Connector):
             raise TransientError(f"{self.url}: {key}: short read: {len(data)} of {info.size} bytes", code="ShortRead")
         return data, info
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         blob = self._blob(key)
         if length == 0:
             return b""  # Azure has no empty byte range to ask for
         with self._errors(key):
-            data = blob.download_blob(offset=start, length=length).readall()
+            data = blob.download_blob(offset=start, length=length, **_if_match(if_match)).readall()
         if len(data) != length:
             raise TransientError(f"{self.url}: {key}: short read: {len(data)} of {length} bytes", code="ShortRead")
         return data

@@ -148,8 +148,10 @@ class Connector(abc.ABC):
         """One object with metadata and stored checksum; NotFoundError if absent."""
 
     @abc.abstractmethod
-    def open_range(self, key: str, start: int, length: int) -> bytes:
-        """Read length bytes from start."""
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
+        """Read length bytes from start. if_match: only from the version with this signature (the listed one): a
+        store that makes a read conditional (HTTP If-Match: S3, Azure Blob) refuses another version with
+        PermanentError code "Changed"; elsewhere it is not checked here (the caller holds the read to its listing)."""
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
@@ -230,10 +232,11 @@ class Connector(abc.ABC):
         """Make the root ready to be written, or with dry_run only check it could be; by default, check()."""
         self.check()
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
-        """The whole object and its metadata; a store that answers both in one call overrides this."""
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
+        """The whole object and its metadata (if_match as open_range's); a store that answers both in one call
+        overrides this."""
         info = self.stat(key)
-        return self.open_range(key, 0, info.size), info
+        return self.open_range(key, 0, info.size, if_match=if_match), info
 
     def body_copies(self) -> int:
         """How many copies of a write's body are in memory while it is sent (ferry's bytes, and any the client keeps

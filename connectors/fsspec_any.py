@@ -105,7 +105,7 @@ class FsspecConnector(Connector):
             raise NotFoundError(f"{self.url}: {key}: not found", code="FileNotFound")
         return ObjectInfo(key=key, size=entry.get("size") or 0, signature=_signature(entry), metadata={})
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         data = self._call(f"{self.url}: {key}", self.fs.cat_file, self._full(key), start, start + length)
         if len(data) != length:
             # Read again, as from S3 and Azure: over a network a body can come short (the route tells an object that

@@ -194,22 +194,36 @@ class LocalConnector(Connector):
             metadata=json.loads(raw) if raw else {},
         )
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The whole file and what stat() says of it, from one open."""
         if key.endswith("/"):
-            return super().get(key)
-        path = self._path(key)
+            return super().get(key, if_match=if_match)
+        fd, st = self._open_file(key)
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise _translate(exc, f"{self.url}: {key}") from None
-        try:
-            st = os.fstat(fd)
             return self._read_fd(fd, key, 0, st.st_size), self._info(key, st, fd)
-        except OSError as exc:  # a directory under a file's key, a read error
+        except OSError as exc:  # a read error
             raise _translate(exc, f"{self.url}: {key}") from None
         finally:
             os.close(fd)
+
+    def _open_file(self, key: str) -> tuple[int, os.stat_result]:
+        """The file at key, open for reading, and its fstat. Opened without blocking: a FIFO (or a device) that took
+        the place of a listed file is not waited on but said, as a file that is gone."""
+        what = f"{self.url}: {key}"
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise _translate(exc, what) from None
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise _translate(exc, what) from None
+        if not stat_mod.S_ISREG(st.st_mode):
+            os.close(fd)
+            kind = "a directory" if stat_mod.S_ISDIR(st.st_mode) else "a FIFO, socket or device"
+            raise NotFoundError(f"{what}: not a regular file any more ({kind} took its place)", code="ENOENT")
+        return fd, st
 
     @staticmethod
     def _listxattr(file: Path | int) -> list[str]:
@@ -236,16 +250,14 @@ class LocalConnector(Connector):
             os.setxattr(fd, _X_META, json.dumps(dict(spec.metadata), sort_keys=True).encode())
 
     # -- reading -------------------------------------------------------------------------------
-    def open_range(self, key: str, start: int, length: int) -> bytes:
-        path = self._path(key)
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         if length == 0:
             return b""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise _translate(exc, f"{self.url}: {key}") from None
+        fd, _ = self._open_file(key)
         try:
             return self._read_fd(fd, key, start, length)
+        except OSError as exc:
+            raise _translate(exc, f"{self.url}: {key}") from None
         finally:
             os.close(fd)
 

@@ -17,6 +17,7 @@ import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from email.header import Header, decode_header, make_header
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
 from xml.etree import ElementTree as ET
 
@@ -88,7 +89,7 @@ def _answered(what: str, code: str, message: str, status: int, headers: Mapping[
         return TransientError(line, code=code, retry_after=float(retry_after) if retry_after else None)
     if code in _NOT_FOUND_CODES:
         return NotFoundError(line, code=code)
-    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's source is the listed version
+    if code == "PreconditionFailed":  # the only precondition ferry sends: a copy's or read's source is the listed one
         return PermanentError(f"{what}: the source changed since it was listed", code="Changed")
     return PermanentError(line, code=code)
 
@@ -127,6 +128,48 @@ def translate(exc: Exception, what: str) -> Exception:
         said = f"{cause} ({exc})" if cause else f"{type(exc).__name__}: {exc}"
         return PermanentError(f"{what}: {said}", code=type(exc).__name__)
     return exc
+
+
+def _if_match(signature: str | None) -> dict[str, str]:
+    """A read's precondition: only the version with this ETag (S3 answers 412 PreconditionFailed to another)."""
+    return {"IfMatch": f'"{signature}"'} if signature else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Changes:
+    """One drain of a change log: the keys its events named; for those whose every record carries a sequencer, the
+    state the latest one left (the object it wrote, None: removed), known without asking the store; the messages'
+    receipt handles."""
+
+    keys: set[str]
+    latest: dict[str, ObjectInfo | None]
+    handles: list[str]
+
+
+def _latest(records: dict[str, list[dict]]) -> dict[str, ObjectInfo | None]:
+    """Per key whose every record carries a sequencer, what the one with the highest says (S3 orders a key's events
+    by it: hexadecimal strings of any length, compared as numbers); a key with a record without one (moto sends
+    none), or whose latest is not a creation with its size and ETag or a removal, is left out: its state is asked of
+    the store."""
+    latest: dict[str, ObjectInfo | None] = {}
+    for key, events in records.items():
+        objects = [event["s3"]["object"] for event in events]
+        if not all(_hex(o.get("sequencer")) is not None for o in objects):
+            continue
+        last = max(range(len(events)), key=lambda n: _hex(objects[n]["sequencer"]))
+        state, name = objects[last], str(events[last].get("eventName", ""))
+        if name.startswith("ObjectRemoved:"):
+            latest[key] = None
+        elif name.startswith("ObjectCreated:") and isinstance(state.get("size"), int) and state.get("eTag"):
+            latest[key] = ObjectInfo(key=key, size=state["size"], signature=str(state["eTag"]).strip('"'))
+    return latest
+
+
+def _hex(value: object) -> int | None:
+    try:
+        return int(str(value), 16) if value else None
+    except ValueError:
+        return None
 
 
 def _multipart_etag(parts: list[Part]) -> str | None:
@@ -199,6 +242,27 @@ _REQUEST_CLASS = {
     "AbortMultipartUpload": "MULTIPART",
     "DeleteObject": "DELETE",
 }
+
+
+def _ascii_metadata(metadata: Mapping[str, str], what: str) -> dict[str, str]:
+    """User metadata as S3 takes it in headers, the same by either client: a value with other than US-ASCII in it as
+    RFC 2047 encoded words (S3 stores such a value decoded, and gives it back encoded); a name must be ASCII."""
+    sent = {}
+    for name, value in metadata.items():
+        if not name.isascii():
+            raise PermanentError(f"{what}: user metadata name {name!r} is not US-ASCII, which S3 cannot store")
+        sent[name] = value if value.isascii() else Header(value, "utf-8").encode(linesep="")
+    return sent
+
+
+def _unfolded(value: str) -> str:
+    """A metadata value as it was written: RFC 2047 encoded words (S3's answer for one not in US-ASCII) decoded."""
+    if not (value.startswith("=?") and value.endswith("?=")):
+        return value
+    try:
+        return str(make_header(decode_header(value)))
+    except (ValueError, LookupError):  # a value that only looks encoded
+        return value
 
 
 class S3Connector(Connector):
@@ -554,7 +618,7 @@ class S3Connector(Connector):
 
     def _info(self, key: str, head: dict) -> ObjectInfo:
         """ObjectInfo from a HEAD or GET response; ferry's checksum is taken out of the user metadata."""
-        metadata = dict(head.get("Metadata", {}))
+        metadata = {name: _unfolded(value) for name, value in head.get("Metadata", {}).items()}
         checksum = metadata.pop(CHECKSUM_META, None)
         etag = head["ETag"].strip('"')
         # A checksum of the whole object: S3 says FULL_OBJECT; a single-part object's is one whatever it says (moto
@@ -598,10 +662,15 @@ class S3Connector(Connector):
                 return None
         return size
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         what = self._what(key)
         response = self._call(
-            what, self.client.get_object, Key=self._full(key), ChecksumMode="ENABLED", **self._customer
+            what,
+            self.client.get_object,
+            Key=self._full(key),
+            ChecksumMode="ENABLED",
+            **_if_match(if_match),
+            **self._customer,
         )
         try:
             # ChecksumMode brings the store's full-object checksum, which botocore would hash the body for once more:
@@ -611,7 +680,7 @@ class S3Connector(Connector):
             raise translate(exc, what) from None
         return data, self._info(key, response)
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         if length == 0:
             return b""
         what = self._what(key)
@@ -620,6 +689,7 @@ class S3Connector(Connector):
             self.client.get_object,
             Key=self._full(key),
             Range=f"bytes={start}-{start + length - 1}",
+            **_if_match(if_match),
             **self._customer,
         )
         try:
@@ -630,8 +700,8 @@ class S3Connector(Connector):
             raise TransientError(f"{what}: short read: {len(data)} of {length} bytes", code="ShortRead")
         return data
 
-    def _write_args(self, spec: WriteSpec, *, with_checksum: bool) -> dict:
-        metadata = dict(spec.metadata)
+    def _write_args(self, spec: WriteSpec, *, with_checksum: bool, what: str) -> dict:
+        metadata = _ascii_metadata(spec.metadata, what)
         if with_checksum and spec.checksum:
             metadata[CHECKSUM_META] = spec.checksum
         args: dict = {"Metadata": metadata, **self._encryption, **self._customer}
@@ -698,7 +768,7 @@ class S3Connector(Connector):
 
     def put(self, key: str, data: bytes, spec: WriteSpec) -> ObjectInfo:
         what = self._what(key)
-        args = self._write_args(spec, with_checksum=True)
+        args = self._write_args(spec, with_checksum=True, what=what)
 
         def send(checks: dict) -> dict:
             if self._by_crt():
@@ -719,7 +789,7 @@ class S3Connector(Connector):
             Key=self._full(key),
             ChecksumAlgorithm="CRC32C",
             ChecksumType="FULL_OBJECT",
-            **self._write_args(spec, with_checksum=False),
+            **self._write_args(spec, with_checksum=False, what=self._what(key)),
         )
         return response["UploadId"]
 
@@ -903,13 +973,13 @@ class S3Connector(Connector):
             raise translate(exc, f"{self.url}: who ferry runs as (sts:GetCallerIdentity)") from None
 
     # -- S3 event notifications through SQS (a cut-over's change log) ----------------------------------------------
-    def changed_keys(self, queue_url: str) -> tuple[set[str], list[str]]:
-        """The keys under the root that the bucket's event notifications waiting in queue_url name (created or
-        removed: the caller reads each key's state now), and the messages' receipt handles, to delete once acted on
-        (`forget_events`). Test events, other buckets' events and keys outside the root are left out; a key named
-        twice is one key."""
+    def changed_keys(self, queue_url: str) -> Changes:
+        """What the bucket's event notifications waiting in queue_url say of the keys under the root: every key
+        they name, each key's state by its latest event where every record of it carries a sequencer, and the
+        messages' receipt handles, to delete once acted on (`forget_events`). Test events, other buckets' events
+        and keys outside the root are left out; a key named twice is one key."""
         sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
-        keys: set[str] = set()
+        records: dict[str, list[dict]] = {}
         handles: list[str] = []
         while True:
             try:
@@ -920,14 +990,15 @@ class S3Connector(Connector):
                 raise translate(exc, what) from None
             messages = answer.get("Messages", [])
             if not messages:
-                return keys, handles
+                return Changes(set(records), _latest(records), handles)
             for message in messages:
                 handles.append(message["ReceiptHandle"])
-                keys.update(key for key, _ in self._events(message["Body"]))
+                for key, record in self._events(message["Body"]):
+                    records.setdefault(key, []).append(record)
 
-    def _events(self, body: str) -> list[tuple[str, int]]:
-        """The (key under the root, size) of each of this bucket's S3 events a message's body holds (a removal's
-        size 0); none for a test event, another bucket's, a key outside the root, a body that is no event."""
+    def _events(self, body: str) -> list[tuple[str, dict]]:
+        """(key under the root, record) of each of this bucket's S3 event records a message's body holds; none for a
+        test event, another bucket's, a key outside the root, a body that is no event."""
         try:
             message = json.loads(body)
         except ValueError:
@@ -939,7 +1010,7 @@ class S3Connector(Connector):
                 continue
             key = unquote_plus(entry.get("object", {}).get("key", ""))
             if key.startswith(base) and key != base:
-                events.append((key[len(base) :], int(entry.get("object", {}).get("size") or 0)))
+                events.append((key[len(base) :], record))
         return events
 
     def sample_events(self, queue_url: str, most: int) -> tuple[int, int, list[float]]:
@@ -965,7 +1036,7 @@ class S3Connector(Connector):
                     held = self._events(message["Body"])
                     if held:
                         events += len(held)
-                        size += sum(n for _, n in held)
+                        size += sum(int(record["s3"]["object"].get("size") or 0) for _, record in held)
                         received.append(int(message["Attributes"]["SentTimestamp"]) / 1000)
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, what) from None

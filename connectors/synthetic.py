@@ -171,7 +171,7 @@ class SyntheticConnector(Connector):
         group, _ = self._find(key)
         return ObjectInfo(key=key, size=group.size, signature=self._signature, metadata={})
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         group, index = self._find(key)
         end = min(group.size, start + length)
         pieces = []
@@ -187,7 +187,7 @@ class SyntheticConnector(Connector):
                 pieces.append(self._block[offset + max(lo, len(stamp)) : offset + hi])
         return b"".join(pieces)
 
-    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+    def get(self, key: str, *, if_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         info = self.stat(key)
         return self.open_range(key, 0, info.size), info
 
@@ -282,7 +282,7 @@ class NullConnector(Connector):
             raise NotFoundError(f"{self.url}: {key}: not found", code="NoSuchKey")
         return self._info(key, held, metadata=True)
 
-    def open_range(self, key: str, start: int, length: int) -> bytes:
+    def open_range(self, key: str, start: int, length: int, *, if_match: str | None = None) -> bytes:
         self.stat(key)
         raise PermanentError(f"{self.url}: {key}: a null target keeps no bytes to read back", code="NoBytes")
 

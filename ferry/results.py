@@ -6,6 +6,10 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# How many items of a list (a rollback's, a gate's evidence, a sync's failures) the terminal shows before the rest
+# is counted or goes to a file.
+SHOWN_ITEMS = 20
+
 
 class Status(enum.StrEnum):
     PASS = "PASS"

@@ -78,12 +78,14 @@ def run_sync(
     stop: threading.Event | None = None,
     keys: Collection[str] | None = None,
     source_listing: Iterable[ObjectInfo] | None = None,
+    source_known: Mapping[str, ObjectInfo | None] | None = None,
 ) -> SyncResult:
     """Sync source into target and verify it; the report lands in report_path (or the state dir).
 
     A set stop event ends the copy early (what was verified is kept); the result says it was interrupted. keys:
-    only these (a change log's), asked of each side instead of listing them; source_listing: the source's objects
-    as another listing gives them (an inventory report), in key order, instead of its own.
+    only these (a change log's), asked of each side instead of listing them, except the source's known to hold
+    (source_known: the object, or None for none); source_listing: the source's objects as another listing gives them
+    (an inventory report), in key order, instead of its own.
     """
     seen = DataTally()
 
@@ -94,7 +96,15 @@ def run_sync(
 
     with _opened(source_url, target_url, settings, profiles, state_dir) as (source, target, state):
         transfer = Transfer(
-            source, target, state, settings, on_action=observe, stop=stop, keys=keys, source_listing=source_listing
+            source,
+            target,
+            state,
+            settings,
+            on_action=observe,
+            stop=stop,
+            keys=keys,
+            source_listing=source_listing,
+            source_known=source_known,
         )
         if on_start is not None:
             on_start(transfer.stats)

@@ -3,13 +3,23 @@ switch phases run as `ferry run` runs a phase (`flows/pipeline.py`); its report 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from uuid import UUID
 
 import structlog
 from prefect import flow, pause_flow_run, runtime
 from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
 from prefect.exceptions import FlowPauseTimeout
+from prefect.settings import PREFECT_API_URL
+from prefect.states import Cancelled
 
 from ferry.audit import AuditFolder
 from ferry.cutover.run import check_ready, run_cutover, still_frozen
@@ -62,7 +72,7 @@ def cutover(plan_path: str, run_id: str, yes: bool = False, rehearse: bool = Fal
             run_one_phase(open_phase(loaded, name), audit, runlog, run_id, None, approval_timeout_s, approved=True)
 
         try:
-            with interrupts_as_one():
+            with interrupts_as_one(), _cancel_as_sigterm(runtime.flow_run.id):
                 check_ready(loaded, runlog)
                 record = run_cutover(loaded, run_id, rehearse=rehearse, approve=approve, switch=switch, say=log.info)
             runlog.end_run(run_id, RunStatus.COMPLETED)
@@ -78,6 +88,61 @@ def cutover(plan_path: str, run_id: str, yes: bool = False, rehearse: bool = Fal
             structlog.contextvars.unbind_contextvars("run_id", "phase")
             runlog.close()
     return record.to_dict()
+
+
+# How often a cut-over asks the server whether its run was cancelled (as Prefect's pause polls for a resume).
+_CANCEL_POLL_S = 2.0
+
+
+@contextlib.contextmanager
+def _cancel_as_sigterm(flow_run_id: UUID | str | None) -> Iterator[None]:
+    """A cancel of this run from the UI (or the API) delivered as SIGTERM to this process, the interrupt it then is
+    (`settle_cancel` marks the run Cancelled once it stopped).
+
+    A run in this process hears of a cancel only when it next proposes a state, and a cut-over proposes none for
+    minutes (a delta, the approval's wait, the freeze): without this it would freeze and switch after its cancel."""
+    done, fired = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        with get_client(sync_client=True) as client:
+            while not done.wait(_CANCEL_POLL_S):
+                try:
+                    state = client.read_flow_run(UUID(str(flow_run_id))).state
+                except Exception:  # noqa: BLE001 - the server out of reach a moment: asked again at the next poll
+                    continue
+                if state is not None and (state.is_cancelling() or state.is_cancelled()) and not done.is_set():
+                    fired.set()
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+
+    # In this run's Prefect settings (a context the new thread would not have); none without a server: no UI there.
+    watcher = threading.Thread(target=contextvars.copy_context().run, args=(watch,), name="cutover-cancel", daemon=True)
+    if flow_run_id and PREFECT_API_URL.value():
+        watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
+        if fired.is_set():
+            log.warning("the run was cancelled from the Prefect UI: stopped as for SIGTERM")
+
+
+def settle_cancel(run_id: str) -> None:
+    """After the flow run run_id ended by an interrupt: if a cancel from the UI stopped it, mark it Cancelled (as
+    Prefect's runner marks a run it stopped; the engine's own Failed is refused while the run is Cancelling). The
+    server out of reach leaves the run Cancelling: the interrupt's own line is what the operator needs."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    named = FlowRunFilter(name=FlowRunFilterName(any_=[run_id]))
+    try:
+        with get_client(sync_client=True) as client:
+            for run in client.read_flow_runs(flow_run_filter=named):
+                if run.state is not None and run.state.is_cancelling():
+                    client.set_flow_run_state(run.id, Cancelled(message="cancelled: the same command resumes"))
+    except Exception as exc:  # noqa: BLE001 - never in place of the interrupt being reported
+        log.warning("the cancelled run's state could not be set", error=f"{type(exc).__name__}: {exc}")
 
 
 def _artifact(folder: Path) -> None:

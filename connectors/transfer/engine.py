@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -91,10 +91,14 @@ class Transfer:
         stop: threading.Event | None = None,
         keys: Collection[str] | None = None,
         source_listing: Iterable[ObjectInfo] | None = None,
+        source_known: Mapping[str, ObjectInfo | None] | None = None,
     ):
         self.source = source
         # Only these keys (a change log's), each side asked for each instead of listed; None: the listings.
         self.keys = keys
+        # What the source holds of some of those keys, known without asking it (a change log's latest events): the
+        # object, or None where it holds none.
+        self.source_known = source_known or {}
         # The source's objects as another listing gives them (an inventory report), in key order; None: its own.
         self.source_listing = source_listing
         self.target = target
@@ -121,9 +125,9 @@ class Transfer:
     def _note_retry(self) -> None:
         self.stats.add(retries=1)
 
-    def _call(self, fn: Callable, *args: Any) -> Any:
+    def _call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         # A copy per call: retry state must not be shared between worker threads.
-        return self._retrying.copy()(fn, *args)
+        return self._retrying.copy()(fn, *args, **kwargs)
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> Stats:
@@ -188,7 +192,8 @@ class Transfer:
             counted = self._count_listed(source)
             target = listing(self.target, self.settings, self._note_retry)
         else:
-            counted, target = self._count_listed(self._stated(self.source)), self._stated(self.target)
+            counted = self._count_listed(self._stated(self.source, self.source_known))
+            target = self._stated(self.target, {})
         records = self.state.objects()
         actions = diff(counted, target, records, self.settings)
         for action in itertools.islice(actions, self.settings.sample) if self.settings.dry_run else actions:
@@ -207,11 +212,15 @@ class Transfer:
             else:
                 self._submit_copy(action)
 
-    def _stated(self, connector: Connector) -> Iterator[ObjectInfo]:
+    def _stated(self, connector: Connector, known: Mapping[str, ObjectInfo | None]) -> Iterator[ObjectInfo]:
         """What connector holds of self.keys within the shard (its prefix and key range), in key order, as a listing
-        would give it: one stat per key, a key it does not hold left out."""
+        would give it: one stat per key not known, a key it does not hold left out."""
         for key in sorted(self.keys or ()):
             if not self._in_shard(key):
+                continue
+            if key in known:
+                if (info := known[key]) is not None:
+                    yield info
                 continue
             try:
                 yield self._call(connector.stat, key)
@@ -372,7 +381,7 @@ class Transfer:
         checked = False
         try:
             # Before anything is completed: what was read must be what the source holds.
-            held = self._route.held_upload(upload, parts, crc)
+            held, why_not = self._route.held_upload(upload, parts, crc)
             checked = True
             written = self._call(self.target.complete, key, upload.upload_id, parts, spec)
             self._verify(key, info.size, checksum)
@@ -393,7 +402,7 @@ class Transfer:
         record_sig = job.action.src.signature if job.action.src else info.signature
         self.state.record_object(ObjectRecord(key, info.size, record_sig, written.signature, checksum, held_to=held))
         self.stats.finished(job.started, bytes_copied=info.size)
-        self.stats.held(held)
+        self.stats.held(held, why_not)
         job.finish()
 
     def _verify(self, key: str, size: int, checksum: str | None) -> None:

@@ -20,6 +20,7 @@ from connectors.transfer import source_checksum
 from connectors.transfer.retry import Recopy
 from connectors.transfer.scheduler import RateLimiter
 from connectors.transfer.settings import TransferSettings, part_size_for
+from connectors.transfer.source_checksum import READ_IN_PARTS, RESUMED_PARTS
 from connectors.transfer.stats import Stats
 from ferry.errors import PermanentError, TransientError
 
@@ -114,22 +115,27 @@ class Route:
                 check = None
         return Upload(key, info, part_size, mode, check=check, copies=self.target.body_copies())
 
-    def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> str | None:
+    def held_upload(self, upload: Upload, parts: list[Part], crc: int | None) -> tuple[str | None, str | None]:
         """Hold a finished upload's parts (crc: their combined CRC32C, where every part has one) to what the source
-        holds: the kind the bytes ferry read were held to, None when none were (the source holds nothing that
-        combines, the store copied the bytes, an earlier run sent a part); ChecksumMismatch when they differ."""
+        holds: (the kind the bytes ferry read were held to, None when none were; why not, where the source holds a
+        checksum the bytes read could not be held to: source_checksum.NOT_HELD). ChecksumMismatch when they differ."""
+        if upload.mode == "server":  # no byte passed through ferry: the store's CRC32C of its copy is checked
+            if upload.check is not None and crc is not None:
+                source_checksum.parts(self.source.url, upload.info, upload.check, [(crc, upload.info.size)])
+            return None, None
         if upload.check is None:
-            return None
+            holds = source_checksum.held(upload.info, source_checksum.KINDS) is not None
+            return None, READ_IN_PARTS if holds else None
         if upload.check == CRC32C.name:
             if crc is None:
-                return None
+                return None, RESUMED_PARTS
             values: list[tuple[int | bytes, int]] = [(crc, upload.info.size)]
         elif len(upload.sums) == len(parts):
             values = [(upload.sums[p.number], p.size) for p in parts]
         else:
-            return None
+            return None, RESUMED_PARTS
         source_checksum.parts(self.source.url, upload.info, upload.check, values)
-        return None if upload.mode == "server" else upload.check
+        return upload.check, None
 
     def copy_object(self, key: str, src: ObjectInfo) -> tuple[ObjectInfo, str | None, str | None, dict[str, int]]:
         """Copy one object in one request: (what the target now holds, its checksum, what the source holds that the
@@ -150,8 +156,8 @@ class Route:
     def _read_whole(self, key: str, src: ObjectInfo) -> tuple[bytes, ObjectInfo]:
         """The object the listing saw, whole: a body cut short (with a Content-Length that agrees with the cut) is
         transient, read again; an object changed since the listing fails (the next run copies its new version), and
-        so does, on a live source, another version of the same size."""
-        data, info = self.source.get(key)
+        so does, on a live source, another version of the same size (asked of the store itself where it can)."""
+        data, info = self.source.get(key, if_match=self._listed(src))
         if self.settings.live and info.signature != src.signature:
             raise PermanentError(f"{self.source.url}: {key}: changed since it was listed", code="Changed")
         if len(data) != src.size:
@@ -160,6 +166,11 @@ class Route:
             said = f"{self.source.url}: {key}: read {len(data)} of its {src.size} bytes"
             raise TransientError(said, code="ShortRead")
         return data, info
+
+    def _listed(self, info: ObjectInfo) -> str | None:
+        """The version a read of a live source must find (its If-Match): the one the listing (or the upload's stat)
+        saw, so that a part never mixes two versions; None off a cut-over."""
+        return info.signature if self.settings.live else None
 
     def adopt_part(self, upload: Upload, listed: Part) -> Part | None:
         """A part the store holds of a resumed upload that its state did not record (it was sent after the state's
@@ -173,7 +184,7 @@ class Route:
             return listed
         if upload.mode != "stream":
             return None
-        data = self._call(self.source.open_range, upload.key, start, length)
+        data = self._call(self.source.open_range, upload.key, start, length, if_match=self._listed(upload.info))
         self.stats.add(bytes_read=len(data))
         if len(data) != length or md5_hex(data) != listed.etag:
             return None
@@ -208,7 +219,7 @@ class Route:
                     self._url_ok = False
                     self.stats.url_copy = f"unsupported by the target ({exc.code}): streamed instead"
                     log.warning("target cannot pull from a URL; streaming through ferry instead", code=exc.code)
-        data = self._call(self.source.open_range, key, start, length)
+        data = self._call(self.source.open_range, key, start, length, if_match=self._listed(upload.info))
         self.stats.add(bytes_read=len(data))
         if (value := source_checksum.part(upload.check, data)) is not None:
             upload.sums[number] = value

@@ -52,8 +52,8 @@ class TransferSettings:
     # A dry run's bound: only the first this many keys of the diff, in key order (a sampled estimate); None: all.
     sample: int | None = None
     # The source is live (a cut-over's delta): an object that changes while it is copied is left for the next run
-    # (counted `changed_during_copy`), not a failure; a whole-object read of another version than the listed one is
-    # such a change.
+    # (counted `changed_during_copy`), not a failure; every read of its bytes asks for the listed version (If-Match,
+    # where the store takes it), and a read of another version (a 412, or another ETag answered) is such a change.
     live: bool = False
     # Only keys under this prefix (a shard of the key space); "" is everything.
     prefix: str = ""

@@ -28,6 +28,12 @@ WHOLE = (CRC32C.name, "crc64nvme", "crc32", "sha1", "sha256", MD5)
 PARTS = (CRC32C.name, "crc64nvme", "crc32", MD5_OF_PARTS)
 # Every kind, as the summary, the report and the gate count them.
 KINDS = (CRC32C.name, "crc64nvme", "crc32", "sha256", "sha1", MD5, MD5_OF_PARTS)
+# Why the bytes ferry read of a copy were not held to a checksum the source does hold: a SHA or a plain MD5 of an
+# object read in parallel parts (it cannot be made from them), or parts an earlier run sent of a resumed upload
+# (their sums are not in the transfer state). Counted apart (`not_held_to_source`); the data gate still compares.
+READ_IN_PARTS = "read_in_parts"
+RESUMED_PARTS = "resumed_parts"
+NOT_HELD = (READ_IN_PARTS, RESUMED_PARTS)
 _HASHES = {"sha1": hashlib.sha1, "sha256": hashlib.sha256}
 
 

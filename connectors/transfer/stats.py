@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.transfer.adopt import PROOFS
-from connectors.transfer.source_checksum import KINDS
+from connectors.transfer.source_checksum import KINDS, NOT_HELD
 
 _FAILURES_KEPT = 100
 
@@ -60,6 +60,8 @@ class Stats:
     adopted_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROOFS, 0))
     # Objects copied whose bytes, as ferry read them, were held to what the source holds of them, by kind.
     held_to_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    # Objects copied whose source holds a checksum that the bytes ferry read could not be held to, by why not.
+    not_held_to_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NOT_HELD, 0))
     deleted: int = 0
     failed: int = 0
     # Live source (TransferSettings.live): objects that changed while they were copied, left for the next run.
@@ -103,11 +105,14 @@ class Stats:
             self._bump({"skipped": 1, "bytes_skipped": size, "adopted": 1, "bytes_adopted": size})
             self.adopted_by[proof] += 1
 
-    def held(self, kind: str | None) -> None:
-        """One object copied held to the source's checksum of kind (None: to none)."""
-        if kind is not None:
+    def held(self, kind: str | None, why_not: str | None = None) -> None:
+        """One object copied held to the source's checksum of kind (None: to none; why_not: though it holds one)."""
+        if kind is not None or why_not is not None:
             with self.lock:
-                self.held_to_source[kind] += 1
+                if kind is not None:
+                    self.held_to_source[kind] += 1
+                else:
+                    self.not_held_to_source[why_not] += 1
 
     def add_failure(self, message: str, *, rejected: bool) -> None:
         """One object failed: counted, and its message kept for the report (the first ones only)."""
@@ -153,6 +158,7 @@ class Stats:
             },
             "adopted_by": dict(self.adopted_by),
             "held_to_source": dict(self.held_to_source),
+            "not_held_to_source": dict(self.not_held_to_source),
             "multipart": {
                 "resumed_uploads": self.resumed_uploads,
                 "parts_resumed": self.parts_resumed,

@@ -186,6 +186,10 @@ def cutover(
             approval_timeout_s=approval_timeout,
         )
     except Interrupted:
+        if os.environ.get("PREFECT_API_URL"):  # only a server's UI cancels a run
+            from flows.cutover import settle_cancel
+
+            settle_cancel(run_id)
         _print_status(loaded)
         raise
     except FerryError as exc:

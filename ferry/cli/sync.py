@@ -26,8 +26,8 @@ from ferry.cli.console import check_log_format, err, out
 from ferry.errors import Interrupted, UsageError
 from ferry.layout import StateLayout
 from ferry.lock import held
-from ferry.phases.rollback import SHOWN_ITEMS
 from ferry.profiles import load_profiles
+from ferry.results import SHOWN_ITEMS
 
 
 def parse_size(text: str, what: str) -> int:
@@ -234,6 +234,12 @@ def _print_summary(stats: Stats, summary: dict, settings: TransferSettings, gate
         )
     if held := ", ".join(f"{kind} {n}" for kind, n in summary["held_to_source"].items() if n):
         out.print(f"copies held to the source's own checksum as read, by kind: {held}", markup=False, highlight=False)
+    if not_held := ", ".join(f"{why} {n}" for why, n in summary["not_held_to_source"].items() if n):
+        out.print(
+            f"copies not held to the checksum their source holds (the data gate compares them), by why: {not_held}",
+            markup=False,
+            highlight=False,
+        )
     latency = summary["latency_s"]
     figures = [f"duration {summary['duration_s']} s"]
     if stats.copied:  # rates and latencies of nothing copied (a dry run, an unchanged tree) are no figures

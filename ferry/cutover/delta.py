@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connectors.registry import open_connector
 from connectors.transfer import SKIP, Action
@@ -20,6 +21,9 @@ from ferry.phases.data_sync import ShardSpec
 from ferry.plan import LoadedPlan
 from ferry.results import CheckResult
 from ferry.sync import run_sync, verify_sync
+
+if TYPE_CHECKING:
+    from connectors.s3 import Changes
 
 _KEYS_NAMED = 20
 
@@ -40,14 +44,15 @@ def run_delta(
     folder: Path,
     *,
     final: bool,
-    keys: set[str] | None = None,
+    changes: Changes | None = None,
     target_objects: int = 0,
     inventory: Inventory | None = None,
 ) -> Delta:
     """Sync every shard once, then delete what only the target holds; the delta's figures.
 
-    keys: only these (the change log's since the last delta), asked of each side instead of listing them; the share
-    of the target a delete takes is then of target_objects, the target's count at the last listing. inventory: the
+    changes: only the keys the change log named since the last delta, asked of each side instead of listing them
+    (the source's state known from the events' sequencers taken as it is); the share of the target a delete takes is
+    then of target_objects, the target's count at the last listing. inventory: the
     source's listing (an S3 Inventory report); it may be older than the target's, so that delta deletes nothing.
     Raises DeltaFailed when an object failed (nothing deleted) or the deletes exceed max_delete (naming the keys)."""
     started, clock = time.time(), time.monotonic()
@@ -74,8 +79,9 @@ def run_delta(
             verify=False,
             report_path=folder / f"delta-{number:03d}-{spec.step or 'all'}.json".replace("/", "_"),
             on_action=observe,
-            keys=keys,
+            keys=None if changes is None else changes.keys,
             source_listing=None if inventory is None else inventory.objects(),
+            source_known=None if changes is None else changes.latest,
         )
         stats = result.stats
         copied, size, changed = copied + stats.copied, size + stats.bytes_copied, changed + stats.changed_during_copy
@@ -85,7 +91,7 @@ def run_delta(
             gone += [(spec, key) for key in only_in_target]
     if failed:
         raise DeltaFailed(f"delta {number}: {failed} object(s) failed, nothing was deleted; first: {first_failure}")
-    if keys is not None:
+    if changes is not None:
         target_count = target_objects
     _check_deletes(loaded, number, [key for _, key in gone], target_count)
     for spec, key in gone:
@@ -104,22 +110,22 @@ def run_delta(
         changed_during_copy=changed,
         listed=listed,
         target_objects=target_count,
-        by_change_log=keys is not None,
+        by_change_log=changes is not None,
         by_inventory=inventory is not None,
         final=final,
     )
 
 
 @contextlib.contextmanager
-def change_log(loaded: LoadedPlan) -> Iterator[set[str]]:
-    """The keys the source's event notifications named since they were last read (`cutover.change_log`); the events
-    are deleted from the queue only once the block ends without an error, so a failed delta sees them again."""
+def change_log(loaded: LoadedPlan) -> Iterator[Changes]:
+    """What the source's event notifications said since they were last read (`cutover.change_log`); the events are
+    deleted from the queue only once the block ends without an error, so a failed delta sees them again."""
     queue = loaded.plan.cutover.change_log.sqs_queue_url
     source = open_connector(loaded.storage("source"), loaded.plan.profiles)
     try:
-        keys, handles = source.changed_keys(queue)
-        yield keys
-        source.forget_events(queue, handles)
+        changes = source.changed_keys(queue)
+        yield changes
+        source.forget_events(queue, changes.handles)
     finally:
         source.close()
 

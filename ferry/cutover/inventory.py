@@ -1,6 +1,7 @@
-"""An S3 Inventory report (CSV) as the source's listing for a cut-over's first delta: its manifest read, its files'
-rows under the source's root sorted by key in a scratch SQLite file (a very large bucket's rows never held in
-memory), and given to the engine in key order."""
+"""An S3 Inventory report (CSV) as the source's listing for a cut-over's first delta, and for a later one when a
+newer report of the same configuration appeared: its manifest read, its files' rows under the source's root sorted
+by key in a scratch SQLite file (a very large bucket's rows never held in memory), and given to the engine in key
+order."""
 
 from __future__ import annotations
 
@@ -21,14 +22,22 @@ from ferry.plan import LoadedPlan
 from ferry.profiles import Profile
 
 _COLUMNS = ("Bucket", "Key", "Size", "ETag")
+_MANIFEST = "/manifest.json"
+
+
+def _created(manifest: dict) -> int:
+    try:
+        return int(manifest.get("creationTimestamp") or 0)
+    except ValueError:
+        return 0
 
 
 class Inventory:
-    """The objects one inventory report lists under a source bucket's root, kept sorted in path (SQLite)."""
+    """The objects one inventory report lists under a source bucket's root, kept sorted in path (SQLite); created:
+    when S3 began the report (its manifest's creationTimestamp, epoch milliseconds; 0 where it says none)."""
 
-    def __init__(self, path: Path, created: float | None = None):
+    def __init__(self, path: Path, created: int):
         self.path = path
-        # When S3 wrote the report (its manifest's creationTimestamp, epoch seconds); None where it does not say.
         self.created = created
 
     @classmethod
@@ -69,8 +78,28 @@ class Inventory:
                             )
             finally:
                 destination.close()
-        created = manifest.get("creationTimestamp")
-        return cls(path, int(created) / 1000 if str(created or "").isdigit() else None)
+        return cls(path, _created(manifest))
+
+    @staticmethod
+    def newer(manifest_url: str, profiles: dict[str, Profile], created: int) -> str | None:
+        """The manifest of the newest report of manifest_url's configuration (its sibling folders,
+        `<configuration>/<YYYY-MM-DDTHH-MMZ>/manifest.json`) if it was created after created; None otherwise.
+
+        One listing of the configuration's folder, and a read of the manifests in folders from manifest_url's on
+        (their names are the reports' times, so older ones are not read)."""
+        configuration, current, _ = manifest_url.rsplit("/", 2)
+        store = open_connector(configuration, profiles)
+        try:
+            folders = [
+                i.key[: -len(_MANIFEST)] for i in store.list() if i.key.count("/") == 1 and i.key.endswith(_MANIFEST)
+            ]
+            found = {f: _created(json.loads(store.get(f + _MANIFEST)[0])) for f in folders if f >= current}
+        finally:
+            store.close()
+        newest = max(found, key=lambda f: found[f], default=None)
+        if newest is None or found[newest] <= created:
+            return None
+        return f"{configuration}/{newest}{_MANIFEST}"
 
     def objects(self) -> Iterator[ObjectInfo]:
         """The report's objects in key order, as a listing gives them."""
@@ -79,12 +108,12 @@ class Inventory:
                 yield ObjectInfo(key=key, size=size, signature=etag)
 
 
-def load_inventory(loaded: LoadedPlan, folder: Path) -> Inventory:
-    """The plan's S3 Inventory report of its source (`cutover.inventory`), sorted into folder."""
+def load_inventory(loaded: LoadedPlan, folder: Path, manifest: str) -> Inventory:
+    """The S3 Inventory report of the plan's source that manifest names (`cutover.inventory`'s, or a newer one of
+    its configuration), sorted into folder."""
     source = open_connector(loaded.storage("source"), loaded.plan.profiles)
     try:
         bucket, root = source.bucket, source.root
     finally:
         source.close()
-    manifest = loaded.plan.cutover.inventory.manifest
     return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")

@@ -1,16 +1,19 @@
 """The quiesce freeze step on the source cluster: its workloads scaled to 0 (their replica counts kept for the undo),
-their pods waited out, and what would scale them back up (an HPA, a KEDA ScaledObject, Argo CD) named first."""
+their pods waited out, and what would scale them back up (an HPA, a KEDA ScaledObject, an Argo CD Application that
+self-heals) named first."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ferry.errors import FerryError, NotFoundError
+from ferry.errors import FerryError, NotFoundError, PermanentError
 from ferry.kube import api_client, kubeconfig_path, translated
 from ferry.plan import LoadedPlan
 
 ARGO_TRACKING = ("argocd.argoproj.io/tracking-id", "argocd.argoproj.io/instance")
+# Argo CD's Application custom resource: (group, version, plural).
+ARGO_APPLICATIONS = ("argoproj.io", "v1alpha1", "applications")
 
 
 class Workloads:
@@ -62,7 +65,8 @@ class Workloads:
 
     def scalers(self, workloads: list[str]) -> list[str]:
         """What would scale the workloads back up while frozen, in words: HPAs and KEDA ScaledObjects targeting
-        them, Argo CD tracking them (its self-heal puts the replica count back)."""
+        them, Argo CD Applications that track them with `selfHeal` (it puts the replica count back); where no
+        Application can be read (Argo CD's CRD absent, or not allowed), Argo CD's tracking annotation."""
         from kubernetes import client
 
         found: list[str] = []
@@ -85,14 +89,45 @@ class Workloads:
             if (ref.get("kind", "Deployment"), ref.get("name")) in wanted:
                 kind = ref.get("kind", "Deployment")
                 found.append(f"KEDA ScaledObject {item['metadata']['name']} scales {kind}/{ref['name']}")
+        applications = self._argo_applications()
         for workload in workloads:
             annotations = self._read(workload).metadata.annotations or {}
-            if any(key in annotations for key in ARGO_TRACKING):
+            tracking = [a for a in applications or () if _tracks(a, workload, self.namespace, annotations)]
+            for app in tracking:
+                automated = ((app.get("spec") or {}).get("syncPolicy") or {}).get("automated") or {}
+                if automated.get("selfHeal") is True:
+                    where = f"{app['metadata'].get('namespace')}/{app['metadata']['name']}"
+                    found.append(f"Argo CD Application {where} syncs {workload} with selfHeal")
+            if not tracking and any(key in annotations for key in ARGO_TRACKING):
                 found.append(f"{workload} is tracked by Argo CD: an Application with selfHeal puts its replicas back")
         return found
 
+    def _argo_applications(self) -> list[dict] | None:
+        """Argo CD's Applications in every namespace; None where they cannot be read (no such CRD: Argo CD is not
+        installed there; or not allowed to list them)."""
+        from kubernetes import client
+
+        try:
+            with translated("Argo CD Applications"):
+                return client.CustomObjectsApi(self.api).list_cluster_custom_object(*ARGO_APPLICATIONS)["items"]
+        except PermanentError:  # 404 (NotFoundError) or 403
+            return None
+
     def close(self) -> None:
         self.api.close()
+
+
+def _tracks(app: dict, workload: str, namespace: str, annotations: dict[str, str]) -> bool:
+    """Whether Argo CD's Application app tracks the workload: among the resources its status lists, or named by the
+    workload's tracking annotation (`APP:GROUP/KIND:NAMESPACE/NAME`, APP `NAMESPACE_NAME` outside Argo CD's own
+    namespace; or the legacy instance annotation's APP)."""
+    kind, name = workload.split("/", 1)
+    resources = (app.get("status") or {}).get("resources") or []
+    if any((r.get("kind"), r.get("name"), r.get("namespace")) == (kind, name, namespace) for r in resources):
+        return True
+    meta = app["metadata"]
+    named = annotations.get(ARGO_TRACKING[0], "").split(":", 1)[0] or annotations.get(ARGO_TRACKING[1], "")
+    return named in (meta["name"], f"{meta.get('namespace')}_{meta['name']}")
 
 
 def _snake(kind: str) -> str:

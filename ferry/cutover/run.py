@@ -12,7 +12,7 @@ from pathlib import Path
 from ferry.cutover import history
 from ferry.cutover.delta import change_log, run_delta, verify
 from ferry.cutover.freeze import Freeze, Say
-from ferry.cutover.inventory import load_inventory
+from ferry.cutover.inventory import Inventory, load_inventory
 from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
 from ferry.errors import FerryError, Interrupted, UsageError
@@ -167,15 +167,23 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
     settings = loaded.plan.cutover
     measured = history.measured(loaded)
     approved = False
+    report: tuple[str, int] | None = None  # the inventory report the last delta by a report read: manifest, created
     for number in range(1, settings.max_deltas + 1):
-        if not record.deltas and settings.inventory is not None:  # the first, bulk delta from the inventory report
-            delta = run_delta(loaded, number, folder, final=False, inventory=load_inventory(loaded, folder))
+        newer = None
+        if settings.inventory is not None and settings.change_log is None and report is not None:
+            newer = Inventory.newer(report[0], loaded.plan.profiles, report[1])
+        if settings.inventory is not None and (report is None or newer is not None):
+            # The first, bulk delta from the plan's report; a later one from a report that appeared since.
+            manifest = newer or settings.inventory.manifest
+            inventory = load_inventory(loaded, folder, manifest)
+            report = (manifest, inventory.created)
+            delta = run_delta(loaded, number, folder, final=False, inventory=inventory)
         elif settings.change_log is None or not record.deltas:
             delta = run_delta(loaded, number, folder, final=False)
         else:  # after a first full listing, the keys the change log named since
-            with change_log(loaded) as keys:
+            with change_log(loaded) as changes:
                 last = record.deltas[-1].target_objects
-                delta = run_delta(loaded, number, folder, final=False, keys=keys, target_objects=last)
+                delta = run_delta(loaded, number, folder, final=False, changes=changes, target_objects=last)
         record.deltas.append(delta)
         say(
             f"delta {number}: {delta.objects} copied ({delta.bytes} bytes), {delta.deleted} deleted, "

@@ -719,11 +719,11 @@ class DataSyncPhase(Phase):
         cutover = self.loaded.plan.cutover
         if cutover is None or cutover.inventory is None:
             return None
-        inventory = load_inventory(self.loaded, scratch)
+        inventory = load_inventory(self.loaded, scratch, cutover.inventory.manifest)
         estimate.listing = {
             "source": "inventory report",
             "inventory": cutover.inventory.manifest,
-            "age_s": None if inventory.created is None else round(max(0.0, time.time() - inventory.created), 1),
+            "age_s": round(max(0.0, time.time() - inventory.created / 1000), 1) if inventory.created else None,
         }
         return inventory
 

@@ -20,6 +20,7 @@ from ferry.audit import AuditFolder
 from ferry.errors import FerryError, Interrupted, RollbackInterrupted, UsageError
 from ferry.interrupts import deferred, one_by_one
 from ferry.phases.base import Phase, Undo
+from ferry.results import SHOWN_ITEMS
 from ferry.runlog import PhaseStatus, RunLog
 
 # A phase record in one of these is a rollback ferry decided and has not finished: it is finished first.
@@ -35,8 +36,6 @@ UNFINISHED = (
 )
 # In a run's audit folder of a phase: the earlier runs whose unfinished work this run took over.
 RESUMED = "resumed.json"
-# How many of a rollback's items are shown before the rest goes to a file.
-SHOWN_ITEMS = 20
 
 
 def resumed_runs(audit_root: Path, phase: str) -> list[Path]:

@@ -11,7 +11,7 @@ import pytest
 from connectors.base import WriteSpec
 from connectors.registry import open_connector
 from connectors.s3 import S3Connector
-from ferry.errors import UsageError
+from ferry.errors import PermanentError, UsageError
 from ferry.profiles import Credentials, Profile
 from tests.connectors.conformance import ConnectorSuite
 
@@ -169,3 +169,22 @@ def test_a_listing_by_the_crt_pages_and_decodes_keys_as_botocores(moto_env) -> N
         listed = list(fast.list(prefix, after))
         assert listed == list(slow.list(prefix, after))
     assert [i.key for i in fast.list()] == sorted(keys)
+
+
+@pytest.mark.parametrize("client", ["crt", "botocore"])
+def test_metadata_not_in_us_ascii_is_written_rfc2047_encoded_by_either_client_and_read_back_as_it_was(
+    moto_env, client
+) -> None:  # fmt: skip
+    """botocore refuses such a value and the CRT would send it raw: both send what S3 documents (RFC 2047)."""
+    profile = Profile(type="s3", endpoint_url=moto_env.endpoint, transfer_client=client)
+    connector = open_connector(f"moto://{new_bucket(moto_env.endpoint)}", {"moto": profile})
+    connector.check()
+    assert connector._by_crt() == (client == "crt")
+    written = {"title": "ACME™ Anvil", "team": "ml", "long": "é" * 80}
+    connector.put("k", b"data", WriteSpec(metadata=written))
+    stored = boto3.client("s3", endpoint_url=moto_env.endpoint).head_object(Bucket=connector.bucket, Key="k")
+    assert stored["Metadata"]["title"] == "=?utf-8?q?ACME=E2=84=A2_Anvil?="
+    assert stored["Metadata"]["team"] == "ml"
+    assert connector.stat("k").metadata == written
+    with pytest.raises(PermanentError, match="user metadata name 'título' is not US-ASCII"):
+        connector.put("k2", b"data", WriteSpec(metadata={"título": "x"}))

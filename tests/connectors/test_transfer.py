@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from connectors.base import Capabilities, GiB, MiB, ObjectInfo, Part
-from connectors.checksum import combine_parts, crc32c, md5_hex
+from connectors.checksum import CRCS, combine_parts, crc32c, md5_hex, to_b64
 from connectors.registry import open_connector
 from connectors.transfer import (
     COMPARE,
@@ -228,7 +229,7 @@ def test_a_listed_part_the_state_did_not_record_is_kept_only_where_the_store_pro
     source = open_connector(str(tmp_path / "src"), {})
     target = open_connector(str(tmp_path / "dst"), {})
     stats = Stats()
-    route = Route(source, target, TransferSettings(), stats, lambda fn, *a: fn(*a), Recopy(lambda: None))
+    route = Route(source, target, TransferSettings(), stats, lambda fn, *a, **k: fn(*a, **k), Recopy(lambda: None))
     upload = Upload("blob", source.stat("blob"), 4096, "stream", upload_id="u")
     second = data[4096:8192]
 
@@ -256,3 +257,25 @@ def test_a_streamed_part_costs_the_budget_every_copy_of_it_the_write_holds(tmp_p
     assert Upload("blob", info, 8 * MiB, "stream").part_cost == 8 * MiB
     assert Upload("blob", info, 8 * MiB, "server", copies=2).part_cost == 0
     assert source.body_copies() == 1
+
+
+def test_an_upload_not_held_to_the_checksum_its_source_holds_says_why(tmp_path: Path) -> None:
+    """A SHA-256 cannot be made from parallel parts (read_in_parts); a CRC64NVME whose early parts an earlier run sent
+    has no sums for them (resumed_parts); with every part's sum it is held; a source holding nothing says nothing."""
+    data = os.urandom(8192)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "blob").write_bytes(data)
+    source = open_connector(str(tmp_path / "src"), {})
+    route = Route(source, open_connector(str(tmp_path / "dst"), {}), TransferSettings(), Stats(),
+                  lambda fn, *a: fn(*a), Recopy(lambda: None))  # fmt: skip
+    parts = [Part(number=1, size=4096, etag="e1", crc32c=None), Part(number=2, size=4096, etag="e2", crc32c=None)]
+    info = source.stat("blob")
+    sha = dataclasses.replace(info, digests={"sha256": "x"})
+    assert route.held_upload(Upload("blob", sha, 4096, "stream"), parts, None) == (None, "read_in_parts")
+    crc = CRCS["crc64nvme"]
+    whole = dataclasses.replace(info, digests={"crc64nvme": to_b64(crc.compute(data, 0), crc.width)})
+    resumed = Upload("blob", whole, 4096, "stream", check="crc64nvme", sums={2: crc.compute(data[4096:], 0)})
+    assert route.held_upload(resumed, parts, None) == (None, "resumed_parts")
+    resumed.sums[1] = crc.compute(data[:4096], 0)
+    assert route.held_upload(resumed, parts, None) == ("crc64nvme", None)
+    assert route.held_upload(Upload("blob", info, 4096, "stream"), parts, None) == (None, None)

@@ -178,11 +178,16 @@ def test_bucket_policy_needs_an_s3_source_and_approval_needs_a_server(tmp_path) 
     assert code == 2 and "needs a Prefect server: set PREFECT_API_URL or --yes" in err
 
 
-def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, tmp_path) -> None:
-    plan = cutover_plan(
-        tmp_path, moto_env, "co-approve", "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
+def approval_plan(root: Path, moto, name: str) -> Path:
+    """A plan whose cut-over fits at once; its one freeze step touches `froze` (and its undo `unfroze`)."""
+    return cutover_plan(
+        root, moto, name, "  freeze_budget: 10m\n  delta_interval: 0.2s\n  freeze:\n    "
         "- {run: 'touch froze', undo: 'touch unfroze'}\n"
     )  # fmt: skip
+
+
+def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, tmp_path) -> None:
+    plan = approval_plan(tmp_path, moto_env, "co-approve")
     run = Watched("cutover", str(plan), api=prefect_api)
     assert run.wait_for("the freeze waits for approval")
     assert not (tmp_path / "froze").exists()
@@ -196,3 +201,40 @@ def test_without_yes_the_freeze_waits_for_ferry_approve(prefect_api, moto_env, t
     assert "the approval waited longer than delta_interval" in err
     assert err.count("the freeze waits for approval") == 1
     assert (tmp_path / "froze").exists() and report(plan)["verified"] is True
+
+
+def test_an_approval_that_times_out_freezes_nothing_and_a_rerun_works(prefect_api, moto_env, tmp_path) -> None:
+    plan = approval_plan(tmp_path, moto_env, "co-timeout")
+    code, _, err = run_ferry("cutover", str(plan), "--approval-timeout", "3", api=prefect_api)
+    assert code == 1, err
+    assert "the freeze waits for approval" in err
+    last = err.strip().splitlines()[-1]
+    assert "approval of the freeze timed out after 3 s" in last and "Traceback" not in err
+    assert not (tmp_path / "froze").exists()
+    got = report(plan)
+    assert got["outcome"] == "stopped" and got["freeze_window_s"] is None and got["final_delta"] is None
+    code, out, _ = run_ferry("status", str(plan))
+    assert "frozen" not in out
+    code, _, err = run_ferry("cutover", str(plan), "--yes", api=prefect_api)
+    assert code == 0, err
+    assert (tmp_path / "froze").exists()
+    s3 = moto_env.client("s3")
+    assert contents(s3, "co-timeout-src") == contents(s3, "co-timeout-dst")
+
+
+def test_a_cancel_of_the_approval_wait_from_the_ui_freezes_nothing(prefect_api, moto_env, tmp_path) -> None:
+    from tests.cutover.test_cutover_rollback import cancel, final_state
+
+    plan = approval_plan(tmp_path, moto_env, "co-cancel-wait")
+    run = Watched("cutover", str(plan), api=prefect_api)
+    assert run.wait_for("the freeze waits for approval")
+    flow_run_id = cancel(plan)
+    code, _, err = run.finish(timeout=60)  # well within the approval's hour
+    assert code == 143, err
+    assert final_state(flow_run_id) == "Cancelled"
+    assert "run the same command again to resume" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert not (tmp_path / "froze").exists()
+    code, out, _ = run_ferry("status", str(plan))
+    assert "frozen" not in out
+    code, _, err = run_ferry("cutover", str(plan), "--yes", api=prefect_api)
+    assert code == 0, err

@@ -90,18 +90,55 @@ def test_a_switch_phase_runs_under_the_freeze_and_its_failure_unfreezes(
     assert "the source is frozen" not in out
 
 
-@pytest.mark.parametrize("then", ["resume", "unfreeze"])
+def cancel(plan: Path):
+    """Cancel the cut-over of plan that runs now through the server's API, as the UI's Cancel button does."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.states import Cancelling
+
+    (folder,) = plan.parent.glob(".ferry/runs/*/cutover")  # the run's id is its flow run's name
+    with get_client(sync_client=True) as client:
+        (flow_run,) = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[folder.parent.name]))
+        )
+        client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
+    return flow_run.id
+
+
+def final_state(flow_run_id):
+    """The flow run's state name now."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id).state.name
+
+
+# How each interrupt reaches a cut-over stopped under the freeze, and the exit code it ends with.
+INTERRUPTS = {"SIGTERM": 143, "SIGINT": 130, "cancel": 143}
+
+
+@pytest.mark.parametrize(
+    ("how", "then"), [("SIGTERM", "resume"), ("SIGTERM", "unfreeze"), ("SIGINT", "resume"), ("cancel", "resume")]
+)
 def test_an_interrupt_under_the_freeze_says_so_and_the_same_command_resumes(
-    prefect_api, moto_env, tmp_path, then
+    prefect_api, moto_env, tmp_path, how, then
 ) -> None:
-    plan = cutover_plan(tmp_path, moto_env, f"co-int-{then}", "  freeze_budget: 10m\n  delta_interval: 0.1s\n"
+    name = f"co-int-{how.lower()}-{then}"
+    plan = cutover_plan(tmp_path, moto_env, name, "  freeze_budget: 10m\n  delta_interval: 0.1s\n"
                         "  freeze:\n" + STEPS)  # fmt: skip
     run = Watched("cutover", str(plan), "--yes", api=prefect_api, env={"FERRY_FAILPOINTS": "cutover:frozen"})
     assert run.wait_for("ferry failpoint: cutover:frozen")
-    code, _, err = run.finish(signal.SIGTERM)
-    assert code == 143, err
+    if how == "cancel":
+        flow_run_id = cancel(plan)
+        code, _, err = run.finish()
+        assert "the run was cancelled from the Prefect UI" in err
+        assert final_state(flow_run_id) == "Cancelled"
+    else:
+        code, _, err = run.finish(getattr(signal, how))
+    assert code == INTERRUPTS[how], err
     last = err.strip().splitlines()[-1]
     assert "the source is still frozen" in last and f"ferry cutover {plan} --unfreeze" in last
+    assert "Traceback" not in err
     code, out, _ = run_ferry("status", str(plan))
     assert "the source is frozen by cutover run" in out and "--unfreeze" in out
     assert steps(tmp_path) == ["1"]
@@ -111,7 +148,7 @@ def test_an_interrupt_under_the_freeze_says_so_and_the_same_command_resumes(
         assert "resuming under the freeze" in err
         assert steps(tmp_path) == ["1"]  # not applied twice
         s3 = moto_env.client("s3")
-        assert contents(s3, f"co-int-{then}-src") == contents(s3, f"co-int-{then}-dst")
+        assert contents(s3, f"{name}-src") == contents(s3, f"{name}-dst")
     else:
         code, out, err = run_ferry("cutover", str(plan), "--unfreeze")
         assert code == 0, err

@@ -17,7 +17,9 @@ Per request, seeded so that a failure replays:
   flipped, its headers as the store sent them: a corruption between the store and the client);
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
 `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
-with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource. With
+with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource; with
+`copy_source_if_match` S3's `x-amz-copy-source-if-match` enforced as S3 does and moto does not (a HEAD of the copy's
+source to the store: another ETag is S3's 412 PreconditionFailed, counted in `copy_preconditions_failed`). With
 `requester_pays` (an S3 bucket's name, path style) that bucket is Requester Pays as S3 keeps one, which moto 5.2.5
 does not: GetBucketRequestPayment (`?requestPayment`) says so (other buckets: BucketOwner), and a request of its
 objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied).
@@ -42,6 +44,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -53,6 +56,10 @@ SLOWDOWN = (
     b"<Message>Please reduce your request rate.</Message></Error>"
 )
 # Azure's answer to a copy from a URL it could not read (a presigned URL refused to it).
+PRECONDITION_FAILED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PreconditionFailed</Code>'
+    b"<Message>At least one of the pre-conditions you specified did not hold</Message></Error>"
+)
 CANNOT_VERIFY = (
     b'<?xml version="1.0" encoding="utf-8"?><Error><Code>CannotVerifyCopySource</Code><Message>Forbidden</Message>'
     b"<CopySourceStatusCode>403</CopySourceStatusCode></Error>"
@@ -102,6 +109,7 @@ class FaultProxy:
         lie_times: int = 1_000_000,
         drop_status: int = 200,
         no_copy_source: bool = False,
+        copy_source_if_match: bool = False,
         every: int = 0,
         retry_after: str = "0",
         deny: str | None = None,
@@ -137,6 +145,7 @@ class FaultProxy:
         self.requester_pays = requester_pays
         self.archive_status = archive_status or {}
         self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
+        self.copy_source_if_match, self.copy_preconditions_failed = copy_source_if_match, 0
         self.refused = 0
         self.retry_after = retry_after
         self.requests = 0
@@ -284,6 +293,11 @@ class FaultProxy:
                         proxy.copy_sources_refused += 1
                     self._error(403, CANNOT_VERIFY, {"x-ms-error-code": "CannotVerifyCopySource"})
                     return
+                if proxy.copy_source_if_match and not self._copy_source_matches():
+                    with proxy._lock:
+                        proxy.copy_preconditions_failed += 1
+                    self._error(412, PRECONDITION_FAILED, {})
+                    return
                 if lie and proxy.lie == "drop":
                     self._dropped(body)
                     return
@@ -301,6 +315,31 @@ class FaultProxy:
                 if lie and proxy.lie == "etag" and self.command == "POST":  # the part ETags of a commit
                     body = _mirrored_xml(body)
                 self._forward(body, fault, lie)
+
+            def _copy_source_matches(self) -> bool:
+                """Whether a copy's x-amz-copy-source-if-match (if any) is its source's ETag now, as the store's
+                HEAD of the source says (signed with moto's fake credentials)."""
+                import boto3
+
+                wanted = self.headers.get("x-amz-copy-source-if-match")
+                if not wanted:
+                    return True
+                source = urllib.parse.unquote(self.headers["x-amz-copy-source"]).lstrip("/").split("?")[0]
+                bucket, _, key = source.partition("/")
+                store = boto3.client(
+                    "s3",
+                    endpoint_url=f"http://127.0.0.1:{proxy.upstream_port}",
+                    region_name="us-east-1",
+                    aws_access_key_id="testing",
+                    aws_secret_access_key="testing",
+                )
+                try:
+                    etag = store.head_object(Bucket=bucket, Key=key)["ETag"]
+                except store.exceptions.ClientError:
+                    return True  # the source is gone: the store answers the copy as it would (NoSuchKey)
+                finally:
+                    store.close()
+                return etag.strip('"') == wanted.strip('"')
 
             def _forward(self, body: bytes, fault: str | None, lie: bool) -> None:
                 if proxy.latency_s:

@@ -216,3 +216,20 @@ def test_an_azure_blobs_content_md5_holds_a_whole_read_not_one_in_parts(azurite_
     [failure] = result.stats.failures
     assert "small.bin: the bytes read make MD5" in failure, failure
     assert _held_recorded(state) == {"big.bin": None} and _read(dst) == {"big.bin": files["big.bin"]}
+
+
+def test_a_checksum_the_source_holds_that_parallel_parts_cannot_make_is_counted_as_not_held(moto_env, tmp_path):
+    """One PUT above ferry's multipart threshold (rclone writes up to 200 MiB so): a SHA-256 or a plain MD5 ETag
+    cannot be made from parallel parts, so those copies are counted as not held; a CRC64NVME combines."""
+    s3, bucket = _s3(moto_env.endpoint), f"held-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(Bucket=bucket)
+    files = {"sha256.bin": os.urandom(600 * KiB), "plain.bin": os.urandom(700 * KiB), "crc.bin": os.urandom(800 * KiB)}
+    for key, algorithm in (("sha256.bin", "SHA256"), ("plain.bin", None), ("crc.bin", "CRC64NVME")):
+        with_checksum = {"ChecksumAlgorithm": algorithm} if algorithm else {}
+        s3.put_object(Bucket=bucket, Key=f"src/{key}", Body=files[key], **with_checksum)
+    result = run_sync(f"s3://{bucket}/src", str(tmp_path / "dst"), SETTINGS, profiles={}, state_dir=tmp_path / "st")
+    assert result.ok and result.gate.status == Status.PASS, result.stats.failures
+    assert _read(tmp_path / "dst") == files
+    assert {k: n for k, n in result.stats.held_to_source.items() if n} == {"crc64nvme": 1}
+    assert result.stats.not_held_to_source == {"read_in_parts": 2, "resumed_parts": 0}
+    assert result.to_dict()["summary"]["not_held_to_source"] == {"read_in_parts": 2, "resumed_parts": 0}

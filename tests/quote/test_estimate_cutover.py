@@ -21,12 +21,10 @@ from tests.support import run_cli
 def test_a_cutover_plans_inventory_report_is_the_estimates_source_listing_with_its_age(moto_env, tmp_path) -> None:
     plan = cutover_plan(tmp_path, moto_env, "qinv", "  freeze_budget: 10m\n", objects=12)
     s3 = moto_env.client("s3")
-    manifest = write_inventory(s3, "qinv-src", "qinv-reports", [["qinv-src", "live/gone", "5", "0" * 32]])
-    # S3 says when it wrote the report: an hour ago.
-    key = manifest.split("qinv-reports/", 1)[1]
-    written = json.loads(s3.get_object(Bucket="qinv-reports", Key=key)["Body"].read())
-    written["creationTimestamp"] = str(int((time.time() - 3600) * 1000))
-    s3.put_object(Bucket="qinv-reports", Key=key, Body=json.dumps(written).encode())
+    # A report S3 began an hour ago.
+    gone = [["qinv-src", "live/gone", "5", "0" * 32]]
+    hour_ago = int((time.time() - 3600) * 1000)
+    manifest = write_inventory(s3, "qinv-src", "qinv-reports", gone, created=hour_ago)
     for late in ("live/after-1", "live/after-2"):
         s3.put_object(Bucket="qinv-src", Key=late, Body=b"late")
     with plan.open("a") as file:
