@@ -871,6 +871,9 @@ def test_the_scanner_finds_a_secret_in_each_form_it_may_take(user: str) -> None:
     }
 
 
+# Seventeen ferry commands against real servers: 90 s on a quiet machine, five times that on two busy cores (a CI
+# run beside other work took 300 s, the suite's default limit, before its scan had ended).
+@pytest.mark.timeout(900)
 def test_planted_secrets_appear_in_no_output(
     prefect_api: str, azurite_server: Server, control_plane, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
