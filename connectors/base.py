@@ -119,6 +119,8 @@ class Connector(abc.ABC):
     # The requests one call of the contract sends, by class (REQUEST_CLASSES), as a run without faults makes it;
     # empty for a connector that does not count its requests (requests_sent None).
     call_requests: Mapping[str, Mapping[str, int]] = {}
+    # The most keys one listing request returns (S3's ListObjectsV2: 1,000); None where requests are not counted.
+    list_page: int | None = None
 
     def __init__(self, url: str):
         # The name used in every message, report and state key: never with a password in it.
@@ -196,6 +198,27 @@ class Connector(abc.ABC):
     def default_encryption(self) -> str | None:
         """How the store encrypts objects by default, where the connector can tell (one request): S3's algorithm
         (`aws:kms`, `AES256`), `aws:kms bucket-key` with an S3 Bucket Key; None where it cannot tell or none is set."""
+        return None
+
+    def listing_requests(self, pages: int) -> dict[str, int] | None:
+        """The requests, by class, that a listing of `pages` pages sends from a connector opened for it (the data
+        gate's); None where this connector does not count its requests."""
+        return None
+
+    def request_payment(self) -> tuple[bool | None, bool]:
+        """Whether the store bills reading it to the reader (S3's Requester Pays, as its bucket says: one request;
+        None where it cannot tell), and whether this connector's requests say the requester pays."""
+        return None, False
+
+    def archive_status(self, key: str) -> str | None:
+        """The archive tier an object sits in that a listing does not tell (S3 Intelligent-Tiering's ARCHIVE_ACCESS or
+        DEEP_ARCHIVE_ACCESS: one HEAD), which a read needs a restore from first; None where it needs none, or where
+        the store does not say (no request)."""
+        return None
+
+    def write_encryption(self) -> str | None:
+        """How this connector asks the store to encrypt what it writes (S3: `aws:kms` where its profile names a KMS
+        key); None where it asks nothing of its own (the store's default applies). No request."""
         return None
 
     def region(self) -> str | None:

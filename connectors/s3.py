@@ -219,6 +219,7 @@ _HEADER_OF = {
     "SSECustomerAlgorithm": "x-amz-server-side-encryption-customer-algorithm",
     "SSECustomerKey": "x-amz-server-side-encryption-customer-key",
     "SSECustomerKeyMD5": "x-amz-server-side-encryption-customer-key-MD5",
+    "RequestPayer": "x-amz-request-payer",
 }
 _FIELD_OF = {
     "etag": "ETag",
@@ -321,11 +322,12 @@ class S3Connector(Connector):
         "complete": {"MULTIPART": 1},
         "delete": {"DELETE": 1},
     }
+    list_page = 1000
 
     def __init__(
         self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
         *, receipt: str = "auto", encryption: dict | None = None, customer_key: bytes | None = None,
-        transfer_client: str = "auto",
+        transfer_client: str = "auto", requester_pays: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(url)
         self.bucket = bucket
@@ -395,6 +397,10 @@ class S3Connector(Connector):
         self._sent: Counter[str] = Counter()
         self._sent_lock = threading.Lock()
         self.client.meta.events.register("before-call.s3", self._count_call)
+        # A Requester Pays bucket: every operation that can say so says the requester pays (RequestPayer).
+        self._requester_pays = requester_pays
+        if requester_pays:
+            self.client.meta.events.register("before-parameter-build.s3", self._pay_as_requester)
 
     def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
         """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
@@ -488,16 +494,28 @@ class S3Connector(Connector):
                 "encryption": profile.encryption_args(),
                 "customer_key": profile.customer_key(),
                 "transfer_client": profile.transfer_client,
+                "requester_pays": profile.requester_pays,
             }
         connector = cls(location.url, location.bucket, location.prefix, session, client_kwargs, **extra)
         if profile is not None and profile.min_part_size:
             connector.capabilities = dataclasses.replace(cls.capabilities, min_part_size=profile.min_part_size)
-        if connector._customer:  # a presigned URL cannot carry the SSE-C key: no copy from a URL
+        if connector._customer or connector._requester_pays:
+            # A presigned URL cannot carry the SSE-C key, nor the requester's consent to pay: no copy from a URL.
             connector.capabilities = dataclasses.replace(connector.capabilities, presign=False)
         return connector
 
     def network_host(self) -> str | None:
         return urlsplit(self.endpoint).hostname
+
+    @staticmethod
+    def _pay_as_requester(params: dict, model, **_event) -> None:
+        # botocore's before-parameter-build event, before each call's parameters are serialised.
+        if model.input_shape is not None and "RequestPayer" in model.input_shape.members:
+            params.setdefault("RequestPayer", "requester")
+
+    def _payer(self) -> dict[str, str]:
+        """The argument a copy from this bucket takes when it is Requester Pays (the copy reads it)."""
+        return {"RequestPayer": "requester"} if self._requester_pays else {}
 
     def _count_call(self, model, **_event) -> None:
         # botocore's before-call event: one per call of the client (ferry's retries call it again).
@@ -522,6 +540,24 @@ class S3Connector(Connector):
         rules = answer["ServerSideEncryptionConfiguration"]["Rules"]
         algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
         return f"{algorithm} bucket-key" if rules[0].get("BucketKeyEnabled") else algorithm
+
+    def listing_requests(self, pages: int) -> dict[str, int] | None:
+        # Where the CRT may send, the first request is botocore's HEAD of the bucket that decides it (_prove_crt).
+        return {"LIST": pages, **({"HEAD": 1} if self._crt is not None else {})}
+
+    def write_encryption(self) -> str | None:
+        return self._encryption.get("ServerSideEncryption")
+
+    def archive_status(self, key: str) -> str | None:
+        head = self._call(self._what(key), self.client.head_object, Key=self._full(key), **self._customer)
+        return head.get("ArchiveStatus")
+
+    def request_payment(self) -> tuple[bool | None, bool]:
+        try:
+            payer = self._call(self.url, self.client.get_bucket_request_payment).get("Payer")
+        except FerryError:  # not ours to read (the bucket owner's permission): not told
+            return None, self._requester_pays
+        return None if payer is None else payer == "Requester", self._requester_pays
 
     def copy_checks_source(self, info: ObjectInfo) -> bool:
         # copy_from's check: a copy's ETag equals a plain-MD5 source's unless this side encrypts with KMS; otherwise
@@ -581,13 +617,14 @@ class S3Connector(Connector):
         assert self._crt is not None
         base = f"{self.root}/" if self.root else ""
         query = {"list-type": "2", "encoding-type": "url", "prefix": base + prefix}
+        paying = [(_HEADER_OF[name], value) for name, value in self._payer().items()]
         if start_after:
             query["start-after"] = base + start_after
         while True:
             what, args = self._what(prefix), urlencode(sorted(query.items()), quote_via=quote)
             self._count("ListObjectsV2")
             try:
-                page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, [])[1])
+                page = ET.fromstring(self._crt.send("ListObjectsV2", "GET", "", args, paying)[1])
             except s3_crt.Failure as exc:
                 raise translate(exc, what) from None
             except ET.ParseError as exc:  # a page cut short: listed again from where it stopped
@@ -819,7 +856,7 @@ class S3Connector(Connector):
         botocore names them."""
         assert self._crt is not None
         headers = []
-        for name, value in {**args, **self._customer_encoded}.items():
+        for name, value in {**args, **self._customer_encoded, **self._payer()}.items():
             if name == "Metadata":
                 headers += [(f"x-amz-meta-{k}", v) for k, v in value.items()]
             else:
@@ -980,6 +1017,7 @@ class S3Connector(Connector):
             MetadataDirective="COPY",
             ChecksumAlgorithm="CRC32C",
             **self._encryption,
+            **source._payer(),
         )
         result = response["CopyObjectResult"]
         etag = result["ETag"].strip('"')
@@ -1007,6 +1045,7 @@ class S3Connector(Connector):
             CopySource={"Bucket": source.bucket, "Key": source._full(info.key)},
             CopySourceIfMatch=info.signature,
             CopySourceRange=f"bytes={start}-{start + length - 1}",
+            **source._payer(),
         )
         result = response["CopyPartResult"]
         native = result.get("ChecksumCRC32C")
@@ -1048,7 +1087,6 @@ class S3Connector(Connector):
         sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
         records: dict[str, list[dict]] = {}
         handles: list[str] = []
-        base = f"{self.root}/" if self.root else ""
         while True:
             try:
                 answer = sqs.receive_message(
@@ -1061,17 +1099,63 @@ class S3Connector(Connector):
                 return Changes(set(records), _latest(records), handles)
             for message in messages:
                 handles.append(message["ReceiptHandle"])
-                try:
-                    body = json.loads(message["Body"])
-                except ValueError:
-                    continue  # not an S3 event: nothing to act on
-                for record in body.get("Records", []) if isinstance(body, dict) else []:
-                    entry = record.get("s3", {})
-                    if entry.get("bucket", {}).get("name") != self.bucket:
-                        continue
-                    key = unquote_plus(entry.get("object", {}).get("key", ""))
-                    if key.startswith(base) and key not in (base, base + PROBE_KEY):
-                        records.setdefault(key[len(base) :], []).append(record)
+                for key, record in self._events(message["Body"]):
+                    records.setdefault(key, []).append(record)
+
+    def _events(self, body: str) -> list[tuple[str, dict]]:
+        """(key under the root, record) of each of this bucket's S3 event records a message's body holds; none for a
+        test event, another bucket's, a key outside the root or the receipt probe's, a body that is no event."""
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return []
+        base, events = f"{self.root}/" if self.root else "", []
+        for record in message.get("Records", []) if isinstance(message, dict) else []:
+            entry = record.get("s3", {})
+            if entry.get("bucket", {}).get("name") != self.bucket:
+                continue
+            key = unquote_plus(entry.get("object", {}).get("key", ""))
+            if key.startswith(base) and key not in (base, base + PROBE_KEY):
+                events.append((key[len(base) :], record))
+        return events
+
+    def sample_events(self, queue_url: str, most: int) -> tuple[int, int, list[float]]:
+        """Of the first `most` messages waiting in queue_url, read and handed back (visible again once read): the S3
+        events under the root they hold, their bytes (a removal's none), and when SQS received each message holding
+        one (epoch seconds)."""
+        sqs, what = self._service("sqs"), f"{self.url}: events in {queue_url}"
+        events = size = read = 0
+        received: list[float] = []
+        handles: list[str] = []
+        try:
+            while read < most:
+                answer = sqs.receive_message(
+                    QueueUrl=queue_url, MaxNumberOfMessages=min(10, most - read), WaitTimeSeconds=0,
+                    VisibilityTimeout=60, MessageSystemAttributeNames=["SentTimestamp"],
+                )  # fmt: skip
+                messages = answer.get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    read += 1
+                    handles.append(message["ReceiptHandle"])
+                    held = self._events(message["Body"])
+                    if held:
+                        events += len(held)
+                        size += sum(int(record["s3"]["object"].get("size") or 0) for _, record in held)
+                        received.append(int(message["Attributes"]["SentTimestamp"]) / 1000)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, what) from None
+        finally:
+            # Visible again at once: the cut-over's deltas read them.
+            for start in range(0, len(handles), 10):
+                batch = [
+                    {"Id": str(n), "ReceiptHandle": h, "VisibilityTimeout": 0}
+                    for n, h in enumerate(handles[start : start + 10])
+                ]
+                with contextlib.suppress(Exception):  # at worst they come back after 60 s
+                    sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=batch)
+        return events, size, received
 
     def forget_events(self, queue_url: str, handles: list[str]) -> None:
         """Delete the event messages that were acted on."""

@@ -49,9 +49,14 @@ class StateLayout:
         """Where `ferry sync` writes its JSON report when not told where."""
         return self.state / "reports"
 
+    @property
+    def runs(self) -> Path:
+        """Where every run's audit folder is."""
+        return self.root / "runs"
+
     def run(self, run_id: str) -> Path:
         """A run's audit folder (`runs/<run-id>/<phase>/`)."""
-        return self.root / "runs" / run_id
+        return self.runs / run_id
 
     def bindings(self, plan: str) -> Path:
         """The RBAC bindings plan's iam phase publishes (the manifests phase applies them)."""

@@ -186,6 +186,9 @@ class PricedEnd(_Strict):
 
     provider: str | None = Field(default=None, min_length=1)
     region: str | None = Field(default=None, min_length=1)
+    # The storage tier the end's objects are billed in where the price table has several (Azure: Cool, Cold,
+    # Archive; none: the region's own prices, Azure's Hot).
+    tier: str | None = Field(default=None, min_length=1)
 
 
 class Pricing(_Strict):

@@ -152,6 +152,9 @@ class Profile(BaseModel):
     # S3: SSE-KMS on every object ferry writes, with this key (an ID, ARN or alias/...); SSE-C is a credential
     # (credentials.sse_customer_key_env or _secret).
     kms_key_id: str | None = Field(default=None, min_length=1, exclude=True)
+    # S3: the bucket is Requester Pays: every request says the requester (ferry's account) pays for it and for the
+    # bytes it reads (x-amz-request-payer), as S3 requires of such a bucket. Who pays, not what: out of hashes.
+    requester_pays: bool = Field(default=False, exclude=True)
 
     @model_validator(mode="after")
     def _one_encryption(self) -> Profile:

@@ -22,6 +22,9 @@ from ferry.errors import PermanentError
 KiB = 1 << 10
 # The size buckets of the histogram: each bucket holds sizes up to its edge (the last, everything above).
 SIZE_EDGES = (64 * KiB, 1 << 20, 16 << 20, 256 << 20, 4 << 30)
+# Intelligent-Tiering copies whose keys a forecast keeps, in key order per shard, for an estimate to ask each where it
+# sits (its archive tiers need a restore; a listing does not say which: a HEAD does).
+TIERING_KEYS = 1000
 # An S3 multipart ETag (the MD5 of the parts' MD5s, and their count): streamed, such an object is read in the part
 # size the source wrote it in, which the route learns when the copy begins (connectors/transfer/route.py).
 _MULTIPART_ETAG = re.compile(r"[0-9a-f]{32}-[0-9]+")
@@ -60,6 +63,8 @@ class Forecast:
     # restore. And copies in Intelligent-Tiering, whose archive tiers a listing does not tell.
     archived: dict[str, list[int]] = field(default_factory=dict)
     tiering: int = 0
+    # The first TIERING_KEYS of those Intelligent-Tiering copies: (key, size).
+    tiering_keys: list[tuple[str, int]] = field(default_factory=list)
     calls: dict[str, Counter[str]] = field(default_factory=lambda: {"source": Counter(), "target": Counter()})
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -109,7 +114,10 @@ class Forecast:
             self.by_route[mode] += size
             if src.storage_class in ARCHIVE_CLASSES:
                 _tally(self.archived, src.storage_class, 1, size)
-            self.tiering += int(src.storage_class == "INTELLIGENT_TIERING")
+            if src.storage_class == "INTELLIGENT_TIERING":
+                self.tiering += 1
+                if len(self.tiering_keys) < TIERING_KEYS:
+                    self.tiering_keys.append((src.key, size))
             if parts:
                 self.multipart_objects += 1
                 self.multipart_bytes += size
@@ -135,6 +143,7 @@ class Forecast:
                 _tally(self.sizes, bucket, objects, size)
             for kind, (objects, size) in other.archived.items():
                 _tally(self.archived, kind, objects, size)
+            self.tiering_keys += other.tiering_keys[: TIERING_KEYS - len(self.tiering_keys)]
             for mode, size in other.by_route.items():
                 self.by_route[mode] += size
             for side, calls in other.calls.items():

@@ -20,7 +20,7 @@ from ferry.phases.base import preflight as preflight_checks
 from ferry.plan import load_plan, secret_refs
 from ferry.profiles import SecretRef
 from ferry.quote.cost import SIDES, in_words
-from ferry.quote.estimate import REQUESTS_NOTE, cached, csv_text, save
+from ferry.quote.estimate import REQUESTS_NOTE, age_words, cached, csv_text, duration_words, save
 from ferry.quote.probe import run_probe
 from ferry.quote.report import write_html
 from ferry.results import Status
@@ -126,12 +126,11 @@ def _print_changes(loaded, phases: list, offline: bool) -> None:
         if phase.name == "data_sync" and kept is not None:
             figures, age = kept
             said = (
-                f"data_sync (the estimate of {_age(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
+                f"data_sync (the estimate of {age_words(age)} ago{'' if figures['sample'] is None else ', a SAMPLE'}; "
                 "`ferry plan estimate` makes a new one): copy "
                 f"{figures['objects_to_copy']:,} object(s), {figures['bytes_to_copy']:,} bytes ("
                 f"{figures['objects_to_recopy']:,} again), delete {figures['objects_to_delete']:,}; "
-                f"{in_words(figures)}; duration P50 {_seconds(figures['duration_p50_s'])}, P90 "
-                f"{_seconds(figures['duration_p90_s'])}"
+                f"{in_words(figures)}; {duration_words(kept)}"
             )
         elif offline:
             said = f"{phase.name}: not read (--offline or --no-preflight)"
@@ -141,17 +140,6 @@ def _print_changes(loaded, phases: list, offline: bool) -> None:
             except FerryError as exc:
                 said = f"{phase.name}: its change set could not be read: {exc}"
         out.print(said, markup=False, highlight=False)
-
-
-def _age(seconds: float) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit}(s)"
-    return f"{int(seconds)} second(s)"
-
-
-def _seconds(value: float | None) -> str:
-    return "not measured" if value is None else f"{value:,} s"
 
 
 def _check_size(value: str) -> str:
@@ -248,15 +236,23 @@ def _print_estimate(figures: dict[str, Any]) -> None:
         sizes.add_row(span, f"{row['objects']:,}", _bytes(row["bytes"]))
         low = format_size(row["up_to"]) if row["up_to"] else low
     out.print(sizes)
+    if figures["source_listing"]["inventory"]:
+        listing = figures["source_listing"]
+        age = "its age not told" if listing["age_s"] is None else f"written {age_words(listing['age_s'])} ago"
+        said = f"the source listed by the inventory report {listing['inventory']} ({age}), as a cut-over's first delta"
+        out.print(said, markup=False, highlight=False)
     requests = Table("requests", "source", "target", title="requests by class")
-    ends = [figures["requests"][side] for side in ("source", "target")]
+    ends = [figures["requests"][side] for side in SIDES]
     kinds = sorted({kind for end in ends if end for kind in end})
     for kind in kinds:
         requests.add_row(kind, *("not counted" if end is None else f"{end.get(kind, 0):,}" for end in ends))
     if not kinds:
         requests.add_row("(none)", *("not counted" if end is None else "0" for end in ends))
+    gate = [figures["gate_requests"][side] for side in SIDES]
+    lists = ("not counted" if end is None else f"{end.get('LIST', 0):,}" for end in gate)
+    requests.add_row("the data gate's LIST", *lists)
     out.print(requests)
-    out.print(f"Requests: {REQUESTS_NOTE}.", markup=False, highlight=False)
+    out.print(f"Requests: {REQUESTS_NOTE}; the gate: {figures['gate_requests_note']}.", markup=False, highlight=False)
     money = Table("", figures["currency"], title="cost (list prices unless overridden)")
     egress = f"egress ({_bytes(figures['egress_bytes'])} leave the source)"
     money.add_row(egress, _usd(figures["egress_usd"]))
@@ -264,6 +260,8 @@ def _print_estimate(figures: dict[str, Any]) -> None:
     money.add_row("egress with the provider's exit waiver, if granted", _usd(waiver, "no exit waiver known"))
     for side in SIDES:
         money.add_row(f"requests to the {side}", _usd(figures["requests_usd"][side]))
+    for side in SIDES:
+        money.add_row(f"the data gate's listing of the {side}", _usd(figures["gate_requests_usd"][side]))
     for kind, held in figures["restore"].items():
         hours = f", up to {held['hours']} h" if held["hours"] is not None else ""
         money.add_row(f"restore {held['objects']:,} {kind} object(s) first{hours}", _usd(held["usd"]))
@@ -271,10 +269,20 @@ def _print_estimate(figures: dict[str, Any]) -> None:
         reads = figures["kms"]["decrypt_requests"]
         said = "not counted" if reads is None else f"{reads:,}"
         money.add_row(f"KMS Decrypt requests reading the SSE-KMS source ({said})", _usd(figures["kms"]["usd"]))
-    money.add_row("total (egress, requests, restores, KMS)", _usd(figures["total_usd"]))
+    if figures["kms_target"] is not None:
+        sent = figures["kms_target"]["requests"]
+        said = "not counted" if sent is None else f"{sent:,}"
+        money.add_row(f"KMS requests of the target's SSE-KMS writes ({said})", _usd(figures["kms_target"]["usd"]))
+    money.add_row("total (egress, requests, the gate, restores, KMS)", _usd(figures["total_usd"]))
     money.add_row("target storage per month", _usd(figures["storage_usd_per_month"]))
-    money.add_row("this estimate's own requests", _usd(figures["estimate_usd"]))
+    money.add_row("this estimate's own listing", _usd(figures["estimate_usd"]))
+    if figures["probe_requests_usd"] is not None:
+        for side in SIDES:
+            money.add_row(f"the probe's requests to the {side}", _usd(figures["probe_requests_usd"][side]))
+        money.add_row("the probe's egress", _usd(figures["probe_egress_usd"]))
     out.print(money)
+    said = f"the source's requests and egress are billed to {figures['source_billed_to']}"
+    out.print(said, markup=False, highlight=False, soft_wrap=True)
     probe = figures["probe"]
     if probe is None:
         out.print("duration: not measured (--no-probe)", markup=False, highlight=False)
@@ -295,7 +303,7 @@ def _print_estimate(figures: dict[str, Any]) -> None:
                 f" (bound by {figures['duration_bound']}; listing {figures['listing_s']:,} s of it)"
             )
             out.print(said, markup=False, highlight=False)
-    out.print(f"cut-over churn: {figures['churn']}", markup=False, highlight=False)
+    out.print(f"cut-over deltas: {figures['churn']['text']}", markup=False, highlight=False)
     pricing = figures["pricing"]
     for side in SIDES:
         end = pricing[side]

@@ -130,17 +130,6 @@ def change_log(loaded: LoadedPlan) -> Iterator[Changes]:
         source.close()
 
 
-def load_inventory(loaded: LoadedPlan, folder: Path, manifest: str) -> Inventory:
-    """The S3 Inventory report of the plan's source that manifest names (`cutover.inventory`'s, or a newer one of
-    its configuration), sorted into folder."""
-    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
-    try:
-        bucket, root = source.bucket, source.root
-    finally:
-        source.close()
-    return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")
-
-
 def _check_deletes(loaded: LoadedPlan, number: int, keys: list[str], target_count: int) -> None:
     bound = loaded.plan.cutover.max_delete
     share = 100 * len(keys) / target_count if target_count else 0.0

@@ -18,6 +18,7 @@ from urllib.parse import unquote_plus
 from connectors.base import ObjectInfo
 from connectors.registry import open_connector
 from ferry.errors import UsageError
+from ferry.plan import LoadedPlan
 from ferry.profiles import Profile
 
 _COLUMNS = ("Bucket", "Key", "Size", "ETag")
@@ -105,3 +106,14 @@ class Inventory:
         with contextlib.closing(sqlite3.connect(self.path)) as db:
             for key, size, etag in db.execute("SELECT key, size, etag FROM objects ORDER BY key"):
                 yield ObjectInfo(key=key, size=size, signature=etag)
+
+
+def load_inventory(loaded: LoadedPlan, folder: Path, manifest: str) -> Inventory:
+    """The S3 Inventory report of the plan's source that manifest names (`cutover.inventory`'s, or a newer one of
+    its configuration), sorted into folder."""
+    source = open_connector(loaded.storage("source"), loaded.plan.profiles)
+    try:
+        bucket, root = source.bucket, source.root
+    finally:
+        source.close()
+    return Inventory.load(manifest, bucket, root, loaded.plan.profiles, folder / "inventory.sqlite")

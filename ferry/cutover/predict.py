@@ -97,13 +97,29 @@ def predict(
     if not rates:
         return None
     gap = deltas[-1].seconds if gap_s is None else gap_s
-    samples = sorted(fixed + per_object * objects_per_s * gap for objects_per_s, _ in rates)
-    final = _p90(samples)
     copied = [d for d in deltas if d.objects and d.seconds > fixed]
     copy_objects = sum(d.objects for d in copied) / sum(d.seconds - fixed for d in copied) if copied else None
     copy_bytes = sum(d.bytes for d in copied) / sum(d.seconds - fixed for d in copied) if copied else None
     # The verification lists both sides again, as the fixed part of a delta does, unless a cut-over measured it.
-    parts = {**measured, "verification": fixed} if measured.get("verification") is None else dict(measured)
+    return from_churn(rates, fixed, per_object, gap, budget_s, measured, fixed, (copy_objects, copy_bytes))
+
+
+def from_churn(
+    rates: list[tuple[float, float]],
+    fixed: float,
+    per_object: float,
+    gap: float,
+    budget_s: float,
+    measured: dict[str, float | None],
+    verification_s: float,
+    copy: tuple[float | None, float | None] = (None, None),
+) -> Prediction:
+    """The final delta (P90 over the churn samples `rates`, objects/s and bytes/s: what changes in `gap` seconds,
+    at `fixed` seconds plus `per_object` each) and the freeze window: it plus the measured freeze steps,
+    verification (verification_s where not measured) and switch phases. copy: the deltas' copy rates, if known."""
+    samples = sorted(fixed + per_object * objects_per_s * gap for objects_per_s, _ in rates)
+    final = _p90(samples)
+    parts = {**measured, "verification": verification_s} if measured.get("verification") is None else dict(measured)
     freeze = final + sum(value for value in parts.values() if value is not None)
     return Prediction(
         final_delta_s=final,
@@ -112,8 +128,8 @@ def predict(
         fits=freeze <= budget_s,
         churn_objects_per_s=statistics.fmean(r for r, _ in rates),
         churn_bytes_per_s=statistics.fmean(b for _, b in rates),
-        copy_objects_per_s=copy_objects,
-        copy_bytes_per_s=copy_bytes,
+        copy_objects_per_s=copy[0],
+        copy_bytes_per_s=copy[1],
         parts=parts,
     )
 

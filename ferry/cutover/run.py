@@ -9,9 +9,10 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ferry.cutover.delta import change_log, load_inventory, run_delta, verify
+from ferry.cutover import history
+from ferry.cutover.delta import change_log, run_delta, verify
 from ferry.cutover.freeze import Freeze, Say
-from ferry.cutover.inventory import Inventory
+from ferry.cutover.inventory import Inventory, load_inventory
 from ferry.cutover.predict import never_fits, predict
 from ferry.cutover.report import Record
 from ferry.errors import FerryError, Interrupted, UsageError
@@ -164,7 +165,7 @@ def _all_applied(freeze: Freeze) -> bool:
 def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Callable[[str], float], say: Say) -> None:
     """Deltas from the live source until the prediction fits and is approved; CutoverStopped when it never fits."""
     settings = loaded.plan.cutover
-    measured = _measured(loaded)
+    measured = history.measured(loaded)
     approved = False
     report: tuple[str, int] | None = None  # the inventory report the last delta by a report read: manifest, created
     for number in range(1, settings.max_deltas + 1):
@@ -206,14 +207,6 @@ def _live_deltas(loaded: LoadedPlan, record: Record, folder: Path, approve: Call
     if record.prediction is None:
         raise CutoverStopped("no churn was measured (the deltas ran at the same instant)")
     raise CutoverStopped(never_fits(record.prediction, settings.freeze_budget, len(record.deltas)))
-
-
-def _measured(loaded: LoadedPlan) -> dict[str, float | None]:
-    """The last cut-over's durations of the freeze steps, the verification and the switch phases (None: never
-    measured)."""
-    path = loaded.layout.cutover_durations(loaded.plan.name)
-    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    return {name: kept.get(name) for name in ("freeze steps", "verification", "switch phases")}
 
 
 def _keep_durations(loaded: LoadedPlan, record: Record, verification_s: float) -> None:

@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,8 @@ from connectors.transfer.state import FOLDER as TRANSFERS
 from connectors.transfer.state import state_name
 from ferry.audit import AuditFolder
 from ferry.config import Settings
+from ferry.cutover.history import churn
+from ferry.cutover.inventory import Inventory, load_inventory
 from ferry.errors import FerryError, PermanentError, TransientError, UsageError
 from ferry.files import Journal
 from ferry.interrupts import one_by_one
@@ -45,7 +48,7 @@ from ferry.phases.base import Changes, Phase, Placement, Progress, Reporter, Ste
 from ferry.plan import LoadedPlan, Plan, Size
 from ferry.profiles import Profile
 from ferry.quote.cost import SIDES, ends, in_words, priced
-from ferry.quote.estimate import DataEstimate
+from ferry.quote.estimate import DataEstimate, cached, duration_words, gate_pages, plus
 from ferry.quote.pricing import PriceTable, price_table
 from ferry.quote.probe import Probe, ProbePlan, durations, plan_probe
 from ferry.results import CheckResult, Status
@@ -630,29 +633,99 @@ class DataSyncPhase(Phase):
 
     def estimate(self, sample: int | None = None) -> tuple[DataEstimate, dict[str, int]]:
         """A dry run of every shard (the run's own listing, diff and route decisions): what a run would copy, copy
-        again and delete, and the requests it would send; with the objects it would adopt, by proof. sample: only
-        the first this many keys of each shard, in key order (a bounded estimate, its figures not scaled)."""
+        again and delete, the requests it would send, and those of the data gate's listings after it; with the
+        objects it would adopt, by proof. sample: only the first this many keys of each shard, in key order (a
+        bounded estimate, its figures not scaled). A cut-over plan with an inventory report takes the source's
+        listing from it, as its first delta does."""
         estimate = DataEstimate(sample=sample)
         # Adopting changes nothing on the target (it records what is there): said, not a total to approve.
         proofs = dict.fromkeys(PROOFS, 0)
         self.fetch_checkpoints(None)
-        for shard in self.steps():
-            result = run_sync(
-                self.loaded.storage("source"),
-                self.loaded.storage("target"),
-                dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
-                profiles=self.loaded.plan.profiles,
-                state_dir=self.loaded.layout.state,
-            )
-            stats = result.stats
-            # The engine's own time, on the clock a run's report keeps (duration_s): listing and diff.
-            seconds = stats.summary()["duration_s"]
-            estimate.add(
-                result.forecast, result.requests, stats.requests, stats.objects_listed, stats.bytes_listed, seconds
-            )
-            for proof, n in stats.adopted_by.items():
-                proofs[proof] += n
+        profiles = self.loaded.plan.profiles
+        # Opened to be asked what a listing of theirs sends (no request), and who pays for reading the source.
+        ends = {side: open_connector(self.loaded.storage(side), profiles) for side in SIDES}
+        try:
+            bucket, profile = ends["source"].request_payment()
+            estimate.own_requests["source"] = ends["source"].requests_sent()
+        finally:
+            for end in ends.values():
+                end.close()
+        if bucket and not profile:
+            said = "a Requester Pays bucket: its profile needs requester_pays: true (S3 refuses its reads otherwise)"
+            raise UsageError(self.loaded.problem(("source", "storage"), said))
+        estimate.requester_pays = {"bucket": bucket, "profile": profile}
+        if self.gate_settings.deep_verify:
+            estimate.gate_note = "not counted: the deep gate re-reads every object of the target besides listing it"
+        with tempfile.TemporaryDirectory(prefix="ferry-estimate-") as scratch:
+            inventory = self._inventory(estimate, Path(scratch))
+            for shard in self.steps():
+                in_target = [0]
+
+                def seen(action: Action, in_target: list[int] = in_target) -> None:
+                    in_target[0] += action.dst is not None
+
+                result = run_sync(
+                    self.loaded.storage("source"),
+                    self.loaded.storage("target"),
+                    dataclasses.replace(self.transfer_settings(shard, dry_run=True), sample=sample),
+                    profiles=profiles,
+                    state_dir=self.loaded.layout.state,
+                    on_action=seen,
+                    source_listing=None if inventory is None else inventory.objects(),
+                )
+                stats, forecast = result.stats, result.forecast
+                own = {side: stats.requests.get(side) for side in SIDES}
+                listed = {side: None if own[side] is None else own[side].get("LIST", 0) for side in SIDES}
+                after = in_target[0] + forecast.copies - forecast.recopies - forecast.deletes
+                pages = {
+                    # The gate lists the source itself where the run took its listing from a report.
+                    "source": gate_pages(0, 0, stats.objects_listed, ends["source"].list_page)
+                    if inventory
+                    else listed["source"],
+                    "target": None
+                    if self.gate_settings.deep_verify
+                    else gate_pages(listed["target"], in_target[0], after, ends["target"].list_page),
+                }
+                gate = {side: None if n is None else ends[side].listing_requests(n) for side, n in pages.items()}
+                # The engine's own time, on the clock a run's report keeps (duration_s): listing and diff.
+                seconds = stats.summary()["duration_s"]
+                estimate.add(forecast, result.requests, own, stats.objects_listed, stats.bytes_listed, seconds, gate)
+                for proof, n in stats.adopted_by.items():
+                    proofs[proof] += n
+        self._archive_tiers(estimate)
         return estimate, proofs
+
+    def _archive_tiers(self, estimate: DataEstimate) -> None:
+        """Ask the source where each Intelligent-Tiering copy the forecast kept sits (one HEAD each, at most
+        TIERING_KEYS: the estimate's own requests): those in an archive tier need a restore first."""
+        asked = estimate.forecast.tiering_keys
+        if not asked:
+            return
+        source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        try:
+            for key, size in asked:
+                status = source.archive_status(key)
+                if status is not None:
+                    held = estimate.archive_tiers.setdefault(f"INTELLIGENT_TIERING/{status}", [0, 0])
+                    held[0], held[1] = held[0] + 1, held[1] + size
+            estimate.own_requests["source"] = plus(estimate.own_requests["source"], source.requests_sent())
+        finally:
+            source.close()
+        estimate.tiering_asked = len(asked)
+
+    def _inventory(self, estimate: DataEstimate, scratch: Path) -> Inventory | None:
+        """The plan's inventory report of the source (a cut-over's `inventory`) sorted into scratch, said in the
+        estimate with its age; None where the plan names none."""
+        cutover = self.loaded.plan.cutover
+        if cutover is None or cutover.inventory is None:
+            return None
+        inventory = load_inventory(self.loaded, scratch, cutover.inventory.manifest)
+        estimate.listing = {
+            "source": "inventory report",
+            "inventory": cutover.inventory.manifest,
+            "age_s": round(max(0.0, time.time() - inventory.created / 1000), 1) if inventory.created else None,
+        }
+        return inventory
 
     def endpoints(self) -> dict[str, tuple[str | None, str | None]]:
         """Each end's host and region as its connector knows them, sending no request (what a quote is priced by)."""
@@ -665,13 +738,19 @@ class DataSyncPhase(Phase):
                 connector.close()
         return ends
 
-    def source_encryption(self) -> str | None:
-        """The source's default encryption, where its connector can tell (one request): KMS reads are priced by it."""
+    def store_settings(self) -> dict[str, Any]:
+        """What the stores say that prices depend on: the source's default encryption, where its connector can tell
+        (one request), and the encryption the target's writes ask for (none)."""
         source = open_connector(self.loaded.storage("source"), self.loaded.plan.profiles)
+        target = open_connector(self.loaded.storage("target"), self.loaded.plan.profiles)
         try:
-            return source.default_encryption()
+            return {
+                "source_default_encryption": source.default_encryption(),
+                "target_write_encryption": target.write_encryption(),
+            }
         finally:
             source.close()
+            target.close()
 
     def price_table(self, prices: Path | None = None) -> PriceTable:
         """The list prices with the plan's negotiated file over them, and prices (a file) over both."""
@@ -682,17 +761,18 @@ class DataSyncPhase(Phase):
         """The estimate's figures, the probe's and the duration from them, priced by table: `plan estimate`'s
         figures (JSON values)."""
         pricing = self.loaded.plan.pricing
-        named = {side: (getattr(pricing, side).provider, getattr(pricing, side).region) for side in SIDES}
+        named = {side: (getattr(pricing, side).provider, getattr(pricing, side).region, getattr(pricing, side).tier)
+                 for side in SIDES}  # fmt: skip
         source, target = ends(table, self.endpoints(), named).values()
         forecast = estimate.forecast
         whole = forecast.copies - forecast.multipart_objects
         data = {
             **estimate.figures(),
-            "source_default_encryption": self.source_encryption(),
+            **self.store_settings(),
             "probe": None if probe is None else probe.to_dict(),
             **durations(probe, whole, forecast.multipart_bytes, estimate.listing_s, self.transfer_settings("")),
-            # A cut-over's deltas need its churn (the change log's event rate, or history): ferry has no cut-over.
-            "churn": "not applicable: the plan has no cut-over",
+            # A cut-over plan's deltas: predicted from its last cut-over's, else from the change log's event rate.
+            "churn": churn(self.loaded, probe.objects_per_s.p50 if probe else None, estimate.listing_s),
         }
         return {"plan": self.loaded.plan.name, **data, **priced(data, source, target)}
 
@@ -712,7 +792,8 @@ class DataSyncPhase(Phase):
         return {("pricing", "prices"): self.loaded.resolve(prices)} if prices else {}
 
     def changes(self) -> Changes:
-        """A dry run of every shard: what would be copied and deleted, priced by the plan's price table."""
+        """A dry run of every shard: what would be copied and deleted, priced by the plan's price table, and how
+        long it would take as the last kept estimate measured it (no probe here: an approval sends none)."""
         estimate, proofs = self.estimate()
         figures = self.quote(estimate, None, self.price_table())
         forecast = estimate.forecast
@@ -728,7 +809,8 @@ class DataSyncPhase(Phase):
         text = (
             f"data_sync will copy {totals['objects_to_copy']} object(s), {totals['bytes_to_copy']:,} bytes, "
             f"from {self.loaded.storage('source')} to {self.loaded.storage('target')}"
-            f" and delete {totals['objects_to_delete']} object(s) there; {in_words(figures)}.{adopted}"
+            f" and delete {totals['objects_to_delete']} object(s) there; {in_words(figures)}; "
+            f"{duration_words(cached(self.loaded.layout.estimate(self.loaded.plan.name)))}.{adopted}"
         )
         return Changes(text, totals)
 

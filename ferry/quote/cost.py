@@ -33,15 +33,15 @@ def _egress(leaving: int, source: End, target: End) -> tuple[int, float | None, 
 def ends(
     table: PriceTable,
     endpoints: dict[str, tuple[str | None, str | None]],
-    named: dict[str, tuple[str | None, str | None]],
+    named: dict[str, tuple[str | None, str | None, str | None]],
 ) -> dict[str, End]:
-    """Each end's prices: by the provider and region the plan names (named), else by its endpoint's host and the
-    region its connector knows (endpoints)."""
+    """Each end's prices: by the provider, region and storage tier the plan names (named), else by its endpoint's
+    host and the region its connector knows (endpoints)."""
     located = {}
     for side in SIDES:
         host, region = endpoints[side]
-        provider, their_region = named[side]
-        located[side] = locate(table, side, host, provider, their_region or region)
+        provider, their_region, tier = named[side]
+        located[side] = locate(table, side, host, provider, their_region or region, tier)
     return located
 
 
@@ -65,18 +65,51 @@ def _kms(figures: dict[str, Any], source: End) -> dict[str, Any] | None:
     }
 
 
+def _kms_target(figures: dict[str, Any], target: End) -> dict[str, Any] | None:
+    """The KMS requests the target's SSE-KMS writes make (the profile's kms_key_id): one per PutObject, per part
+    uploaded or copied, per CopyObject and per multipart upload begun (GenerateDataKey, or Decrypt of the upload's
+    data key), and their price; None where the target's writes ask for no KMS key."""
+    if not (figures["target_write_encryption"] or "").startswith("aws:kms"):
+        return None
+    sent = figures["requests"]["target"]
+    requests = None if sent is None else sent.get("PUT", 0) + sent.get("COPY", 0) + figures["multipart_objects"]
+    price = target.prices.kms_per_10000 if target.prices else None
+    return {
+        "requests": requests,
+        "usd": None if requests is None or price is None else requests / 10_000 * price,
+        "note": "an upper bound where the target bucket has an S3 Bucket Key (S3 then asks KMS far less often)",
+    }
+
+
+def _billed_to(figures: dict[str, Any]) -> tuple[str, list[str]]:
+    """Whose account the source's requests and egress are billed to, and what to say of it."""
+    bucket, profile = figures["source_requester_pays"]["bucket"], figures["source_requester_pays"]["profile"]
+    if not (bucket or profile):
+        told = "" if bucket is False else " (its request payment not told)"
+        return f"the source bucket's owner{told}", []
+    note = (
+        "requester pays: the source's requests and egress (the estimate's own listing and the probe's too) are billed "
+        "to the account ferry reads it with, at the source's prices"
+    )
+    return "the reader (requester pays)", [note]
+
+
 def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
     """The price figures of a quote's data figures (the keys `ferry plan estimate` adds)."""
     ends = {"source": source, "target": target}
     routes = figures["bytes_by_route"]
     egress_bytes, egress_usd, egress_note = _egress(routes["url"] + routes["stream"], source, target)
     probe = figures["probe"]
-    probe_usd = None if probe is None else _egress(probe["bytes_leaving_source"], source, target)[1]
+    probe_egress_usd = None if probe is None else _egress(probe["bytes_leaving_source"], source, target)[1]
     waiver = source.table.exit_waiver if source.table else None
-    request_usd = {side: requests_usd(figures["requests"][side], ends[side].prices) for side in SIDES}
-    own_usd = {side: requests_usd(figures["estimate_requests"][side], ends[side].prices) for side in SIDES}
+
+    def by_side(requests: dict[str, dict[str, int] | None]) -> dict[str, float | None]:
+        return {side: requests_usd(requests[side], ends[side].prices) for side in SIDES}
+
+    request_usd = by_side(figures["requests"])
+    gate_usd = by_side(figures["gate_requests"])
     restores = {}
-    for kind, held in figures["archived"].items():
+    for kind, held in {**figures["archived"], **figures["intelligent_tiering"]["archive_tiers"]}.items():
         price = (source.prices.restore or {}).get(kind) if source.prices else None
         restores[kind] = {
             **held,
@@ -87,13 +120,12 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
         }
     storage = target.prices.storage_gb_month if target.prices else None
     kms = _kms(figures, source)
-    notes = [egress_note]
+    kms_target = _kms_target(figures, target)
+    billed_to, billing_notes = _billed_to(figures)
+    notes = [egress_note, *billing_notes]
     notes += [f"{side}: {end.why}" for side, end in ends.items() if end.why]
-    if figures["intelligent_tiering_objects"]:
-        notes.append(
-            f"{figures['intelligent_tiering_objects']} object(s) in Intelligent-Tiering: a listing does not say "
-            "which sit in its archive tiers (those need a restore first, not counted here)"
-        )
+    if figures["intelligent_tiering"]["sample_note"]:
+        notes.append(figures["intelligent_tiering"]["sample_note"])
     return {
         "currency": "USD",
         "egress_bytes": egress_bytes,
@@ -102,15 +134,28 @@ def priced(figures: dict[str, Any], source: End, target: End) -> dict[str, Any]:
         "egress_usd_with_exit_waiver": 0.0 if egress_usd == 0 or (waiver and egress_usd is not None) else None,
         "exit_waiver": waiver,
         "requests_usd": request_usd,
+        # Whose account pays the source's requests and egress: its owner's, or the reader's (requester pays).
+        "source_billed_to": billed_to,
         "restore": restores,
         "storage_usd_per_month": None if storage is None else figures["bytes_listed"] / GB * storage,
-        "estimate_usd": _sum(list(own_usd.values())),
-        # The probe's own egress (its requests are few, and not counted apart): None without a probe.
-        "probe_egress_usd": probe_usd,
+        "gate_requests_usd": gate_usd,
+        # What the estimate itself costs, apart from the run's: its own listing (and checks), the probe's requests
+        # (its sample's listing, its copies, its cleanup) and the probe's egress; the probe's None without a probe.
+        "estimate_usd": _sum(list(by_side(figures["estimate_requests"]).values())),
+        "probe_requests_usd": None if probe is None else by_side(probe["requests"]),
+        "probe_egress_usd": probe_egress_usd,
         "kms": kms,
+        "kms_target": kms_target,
+        # The run's and its gate's: egress, requests, restores, KMS.
         "total_usd": _sum(
-            [egress_usd, *request_usd.values(), *(r["usd"] for r in restores.values()), kms["usd"] if kms else 0.0]
-        ),
+            [
+                egress_usd,
+                *request_usd.values(),
+                *gate_usd.values(),
+                *(r["usd"] for r in restores.values()),
+                *(k["usd"] for k in (kms, kms_target) if k is not None),
+            ]
+        ),  # fmt: skip
         "pricing_date": source.describe()["taken"],
         "pricing": {side: end.describe() for side, end in ends.items()},
         "notes": notes,

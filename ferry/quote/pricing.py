@@ -27,6 +27,13 @@ class Restore(Settings):
     hours: float = Field(gt=0)
 
 
+class TierPrices(Settings):
+    """A storage tier's own prices in a region (Azure's Cool, Cold, Archive), over the region's."""
+
+    requests: dict[RequestClass, float] | None = None
+    storage_gb_month: float | None = Field(default=None, ge=0)
+
+
 class RegionPrices(Settings):
     """One region's prices; a figure left out is not priced."""
 
@@ -38,6 +45,8 @@ class RegionPrices(Settings):
     # USD per 10,000 KMS requests (a read of an SSE-KMS object without a Bucket Key is one Decrypt).
     kms_per_10000: float | None = Field(default=None, ge=0)
     restore: dict[str, Restore] | None = None
+    # Other storage tiers than the one requests and storage_gb_month price, by name (pricing.<side>.tier).
+    access_tiers: dict[str, TierPrices] | None = None
 
 
 class ProviderPrices(Settings):
@@ -62,8 +71,8 @@ def _over(base: Settings, override: Settings) -> Any:
     values = base.model_dump()
     for name in override.model_fields_set:
         mine, theirs = getattr(base, name), getattr(override, name)
-        if name in ("providers", "regions"):
-            merged = dict(mine)
+        if name in ("providers", "regions", "access_tiers") and theirs is not None:
+            merged = dict(mine or {})
             for key, inner in theirs.items():
                 merged[key] = _over(mine[key], inner) if key in mine else inner
             values[name] = merged
@@ -89,20 +98,25 @@ class End:
     prices: RegionPrices | None
     table: ProviderPrices | None
     why: str = ""
+    tier: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "region": self.region,
+            "tier": self.tier,
             "prices_from": self.table.source if self.table else None,
             "taken": self.table.taken.isoformat() if self.table and self.table.taken else None,
             "not_priced": self.why or None,
         }
 
 
-def locate(table: PriceTable, side: str, host: str | None, provider: str | None, region: str | None) -> End:
+def locate(
+    table: PriceTable, side: str, host: str | None, provider: str | None, region: str | None, tier: str | None = None
+) -> End:
     """The prices of the plan's end `side` reached at host (None: no network), by the provider and region the plan
-    names, else the provider its host belongs to and the region its connector knows."""
+    names, else the provider its host belongs to and the region its connector knows; tier: the storage tier the
+    plan names, whose prices replace the region's."""
     if provider is None and host is not None:
         provider = next(
             (name for name, p in table.providers.items() if any(host.endswith(s) for s in p.host_suffixes or ())),
@@ -119,7 +133,13 @@ def locate(table: PriceTable, side: str, host: str | None, provider: str | None,
     prices = known.regions.get(region)
     if prices is None:
         return End(provider, region, None, known, f"region {region!r} of {provider} is not in the price table")
-    return End(provider, region, prices, known)
+    if tier is not None:
+        own = (prices.access_tiers or {}).get(tier)
+        if own is None:
+            why = f"storage tier {tier!r} of {provider} {region} is not in the price table (pricing.{side}.tier)"
+            return End(provider, region, None, known, why, tier)
+        prices = prices.model_copy(update=own.model_dump(exclude_none=True))
+    return End(provider, region, prices, known, tier=tier)
 
 
 def tiered(size: int, tiers: list[tuple[float | None, float]]) -> float | None:

@@ -26,6 +26,7 @@ from connectors.registry import open_connector
 from connectors.transfer import Stats, Transfer, TransferSettings, TransferState, remove_all
 from ferry.errors import FerryError
 from ferry.profiles import Profile
+from ferry.quote.estimate import SIDES, Requests, plus
 
 # The probe's concurrency at most, whatever the plan's (the issue's bound: a probe is not the run).
 MAX_THREADS = 32
@@ -45,6 +46,8 @@ class ProbePlan:
     in_parts: tuple[ObjectInfo, ...]
     seconds: float
     settings: TransferSettings
+    # What choosing the sample sent each end (its listing of the source's first keys).
+    requests: dict[str, Requests] = field(default_factory=lambda: dict.fromkeys(SIDES, {}))
 
     @property
     def bytes(self) -> int:
@@ -95,6 +98,14 @@ class Probe:
     cpu_s: float = 0.0
     cleanup: str = ""
     problems: list[str] = field(default_factory=list)
+    # The probe's own requests to each end, by class (its sample's listing, its copies, its cleanup), counted apart
+    # from the run's; None where an end does not count them.
+    requests: dict[str, Requests] = field(default_factory=lambda: dict.fromkeys(SIDES, {}))
+
+    def sent(self, requests: dict[str, Requests]) -> None:
+        """Add requests sent to the ends requests names to the probe's own."""
+        for side, sent in requests.items():
+            self.requests[side] = plus(self.requests[side], sent)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +120,7 @@ class Probe:
             "bytes_per_s_p10": _rounded(self.bytes_per_s.p10),
             "cleanup": self.cleanup,
             "problems": list(self.problems),
+            "requests": dict(self.requests),
         }
 
 
@@ -149,16 +161,18 @@ def plan_probe(
             if info.size <= budget[kind]:
                 chosen.append(info)
                 budget[kind] -= info.size
+        sent = {"source": source.requests_sent(), "target": target.requests_sent()}
     finally:
         source.close()
         target.close()
-    return ProbePlan(source_url, scratch, tuple(whole), tuple(in_parts), seconds, probe_settings)
+    return ProbePlan(source_url, scratch, tuple(whole), tuple(in_parts), seconds, probe_settings, sent)
 
 
 def run_probe(plan: ProbePlan, profiles: Mapping[str, Profile]) -> Probe:
     """Copy the plan's sample into its scratch prefix (whole objects, then those in parts, each for at most half
     the time), then delete everything under the scratch prefix, whatever failed."""
     probe = Probe()
+    probe.sent(plan.requests)
     started, cpu = time.perf_counter(), time.process_time()
     halves = [(plan.whole, probe.objects_per_s, "copied"), (plan.in_parts, probe.bytes_per_s, "bytes_moved")]
     try:
@@ -169,6 +183,7 @@ def run_probe(plan: ProbePlan, profiles: Mapping[str, Profile]) -> Probe:
                 probe.bytes += stats.bytes_moved
                 probe.bytes_leaving += stats.bytes_read + stats.bytes_url_pulled
                 probe.problems += stats.failures[:5]
+                probe.sent(stats.requests)
     except FerryError as exc:
         probe.problems.append(f"{type(exc).__name__}: {exc}")
     finally:
@@ -180,6 +195,7 @@ def run_probe(plan: ProbePlan, profiles: Mapping[str, Profile]) -> Probe:
         except FerryError as exc:
             probe.problems.append(f"cleanup of {plan.scratch} failed: {exc}")
         finally:
+            probe.sent({"target": target.requests_sent()})
             target.close()
     return probe
 

@@ -44,17 +44,28 @@ def write_html(path: Path, figures: dict[str, Any]) -> None:
     money = [
         (f"egress ({figures['egress_bytes']:,} bytes leave the source)", _usd(figures["egress_usd"])),
         ("egress with the exit waiver, if granted", _usd(figures["egress_usd_with_exit_waiver"], "no waiver known")),
+        ("the source's requests and egress billed to", figures["source_billed_to"]),
         ("requests at the source", _usd(figures["requests_usd"]["source"])),
         ("requests at the target", _usd(figures["requests_usd"]["target"])),
+        ("the data gate's listing of the source", _usd(figures["gate_requests_usd"]["source"])),
+        ("the data gate's listing of the target", _usd(figures["gate_requests_usd"]["target"])),
         *[
             (f"restore {held['objects']:,} {kind} object(s) first", _usd(held["usd"]))
             for kind, held in figures["restore"].items()
         ],  # fmt: skip
         *([("KMS Decrypt requests reading the SSE-KMS source", _usd(figures["kms"]["usd"]))] if figures["kms"] else []),
-        ("total (egress, requests, restores, KMS)", _usd(figures["total_usd"])),
+        *(
+            [("KMS requests of the target's SSE-KMS writes", _usd(figures["kms_target"]["usd"]))]
+            if figures["kms_target"]
+            else []
+        ),
+        ("total (egress, requests, the gate, restores, KMS)", _usd(figures["total_usd"])),
         ("target storage per month", _usd(figures["storage_usd_per_month"])),
+        ("this estimate's own listing", _usd(figures["estimate_usd"])),
+        ("the probe's egress", _usd(figures["probe_egress_usd"], "no probe")),
         ("duration P50 / P90 (s)", _duration(figures)),
         ("bound by", figures["duration_bound"]),
+        ("cut-over deltas", figures["churn"]["text"]),
     ]
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = environment.from_string(TEMPLATE.read_text(encoding="utf-8")).render(

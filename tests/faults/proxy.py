@@ -18,11 +18,17 @@ Per request, seeded so that a failure replays:
 And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, deletes of
 `deny_delete` a 403, writes to `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt`
 stored with one byte flipped, and with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403
-CannotVerifyCopySource; with
-`copy_source_if_match` S3's `x-amz-copy-source-if-match` enforced as S3 does and moto does not (a HEAD of the copy's
-source to the store: another ETag is S3's 412 PreconditionFailed, counted in `copy_preconditions_failed`). With
+CannotVerifyCopySource; with `copy_source_if_match` S3's `x-amz-copy-source-if-match` enforced as S3 does and moto
+does not (a HEAD of the copy's source to the store: another ETag is S3's 412 PreconditionFailed, counted in
+`copy_preconditions_failed`). With
 `verify_crc32c`, S3's check on receipt, which moto lacks: a PUT whose `x-amz-checksum-crc32c` is not the CRC32C of
 its body as it arrived (after `corrupt`) is S3's 400 BadDigest, not stored, counted in `bad_digests`. With
+`requester_pays` (an S3 bucket's name, path style) that bucket is Requester Pays as S3 keeps one, which moto 5.2.5
+does not: GetBucketRequestPayment (`?requestPayment`) says so (other buckets: BucketOwner), and a request of its
+objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied).
+With `archive_status` ({path part: ARCHIVE_ACCESS or DEEP_ARCHIVE_ACCESS}) a HEAD of an object whose path holds a
+part says the object sits in that Intelligent-Tiering archive tier (`x-amz-archive-status`), as S3 does and moto
+does not. With
 `latency_s`, every request forwarded waits that long first, as on the way to a distant endpoint (the benchmark's).
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
@@ -123,6 +129,8 @@ class FaultProxy:
         unavailable: str | None = None,
         latency_s: float = 0.0,
         verify_crc32c: bool = False,
+        requester_pays: str | None = None,
+        archive_status: dict[str, str] | None = None,
     ):
         assert set(kinds) <= set(KINDS) and lie in (
             None,
@@ -147,6 +155,8 @@ class FaultProxy:
         self.corrupted = 0
         self.unavailable = unavailable
         self.latency_s = latency_s
+        self.requester_pays = requester_pays
+        self.archive_status = archive_status or {}
         self.no_copy_source, self.copy_sources_refused = no_copy_source, 0
         self.copy_source_if_match, self.copy_preconditions_failed = copy_source_if_match, 0
         self.refused = 0
@@ -275,6 +285,8 @@ class FaultProxy:
                 if proxy.down.is_set():
                     self._reset()
                     return
+                if proxy.requester_pays is not None and self._payment():
+                    return
                 fault, outage, lie = proxy._draw(self.command, self.path)
                 if outage or fault == "reset":
                     self._reset()
@@ -390,6 +402,10 @@ class FaultProxy:
                     if lie and proxy.lie == "no-echo" and key.lower() == "x-amz-checksum-crc32c":
                         continue
                     self.send_header(key, value)
+                if self.command == "HEAD":
+                    for part, status in proxy.archive_status.items():
+                        if part in self.path:
+                            self.send_header("x-amz-archive-status", status)
                 # A HEAD answer has no body but keeps the object's Content-Length.
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(payload)))
@@ -410,6 +426,23 @@ class FaultProxy:
                 self.send_header("ETag", f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"')
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _payment(self) -> bool:
+                """Answer as S3 does for a Requester Pays bucket where moto does not; True when answered."""
+                path, _, query = self.path.partition("?")
+                bucket = path.lstrip("/").split("/", 1)[0]
+                if self.command == "GET" and query == "requestPayment":
+                    payer = "Requester" if bucket == proxy.requester_pays else "BucketOwner"
+                    tag = 'RequestPaymentConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+                    self._error(200, f"<{tag}><Payer>{payer}</Payer></RequestPaymentConfiguration>".encode(), {})
+                    return True
+                copied = self.headers.get("x-amz-copy-source", "").lstrip("/").split("/", 1)[0]
+                of_objects = "/" in path.lstrip("/") or (self.command == "GET" and "list-type" in query)
+                reads = (bucket == proxy.requester_pays and of_objects) or copied == proxy.requester_pays
+                if reads and self.headers.get("x-amz-request-payer") != "requester":
+                    self._error(403, DENIED, {})
+                    return True
+                return False
 
             def _error(self, status: int, body: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)

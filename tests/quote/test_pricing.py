@@ -43,8 +43,28 @@ def test_requests_are_priced_by_class_and_an_uncounted_end_is_not_priced() -> No
     prices = locate(price_table(), "source", "s3.amazonaws.com", None, "us-east-1").prices
     assert requests_usd({"PUT": 2000, "GET": 10_000}, prices) == pytest.approx(2 * 0.005 + 10 * 0.0004)
     assert requests_usd(None, prices) is None
-    azure = locate(price_table(), "source", "acct.blob.core.windows.net", None, "eastus").prices
-    assert requests_usd({"GET": 1}, azure) is None, "Azure's request prices are not in the table"
+
+
+def test_azure_blob_is_priced_per_10000_operations_by_tier_and_what_is_absent_is_not_priced() -> None:
+    table = price_table()
+    ops = {"PUT": 20_000, "MULTIPART": 10_000, "LIST": 10_000, "GET": 10_000, "HEAD": 10_000, "DELETE": 7}
+    hot = locate(table, "target", "acct.blob.core.windows.net", None, "eastus")
+    assert (hot.tier, hot.prices.storage_gb_month) == (None, 0.018)
+    # Writes 0.05, lists 0.05, reads 0.004, other 0.004 per 10,000; deletes free.
+    assert requests_usd(ops, hot.prices) == pytest.approx(3 * 0.05 + 0.05 + 0.004 + 0.004)
+    cold = locate(table, "target", "acct.blob.core.windows.net", None, "eastus", "Cold")
+    assert cold.describe()["tier"] == "Cold" and cold.prices.storage_gb_month == 0.0036
+    assert requests_usd(ops, cold.prices) == pytest.approx(3 * 0.18 + 0.05 + 0.10 + 0.004)
+    assert cold.prices.egress_tiers == hot.prices.egress_tiers, "a tier replaces only what it gives"
+    archive = locate(table, "source", None, "azure", "eastus", "Archive").prices
+    assert archive.storage_gb_month == 0.00099 and archive.requests["GET"] == 5.0
+    frozen = locate(table, "target", None, "azure", "eastus", "Frozen")
+    assert frozen.prices is None and "storage tier 'Frozen' of azure eastus is not in the price table" in frozen.why
+    # A region whose storage and operations were not transcribed: egress priced, the rest not (never 0).
+    west = locate(table, "target", None, "azure", "westeurope").prices
+    assert west.egress_tiers and west.storage_gb_month is None and requests_usd({"GET": 1}, west) is None
+    assert table.providers["azure"].taken is not None
+    assert "pricing/details/storage/blobs" in table.providers["azure"].source
 
 
 def test_a_negotiated_file_replaces_only_the_figures_it_gives(tmp_path) -> None:
@@ -62,6 +82,13 @@ def test_a_negotiated_file_replaces_only_the_figures_it_gives(tmp_path) -> None:
     assert str(table.providers["aws"].taken) == "2025-06-01"
     assert table.providers["aws"].regions["us-west-2"].egress_tiers[1] == (10140, 0.09)
     assert table.providers["neocloud"].regions["dc1"].storage_gb_month == 0.01
+    # A negotiated tier replaces that tier's figures only.
+    negotiated.write_text(
+        "providers:\n  azure:\n    regions:\n      eastus:\n        access_tiers: {Cool: {storage_gb_month: 0.007}}\n"
+    )
+    tiers = price_table(negotiated).providers["azure"].regions["eastus"].access_tiers
+    assert tiers["Cool"].storage_gb_month == 0.007 and tiers["Cool"].requests["PUT"] == 0.10
+    assert tiers["Cold"].storage_gb_month == 0.0036
 
 
 def test_a_bad_prices_file_is_one_line_with_its_line(tmp_path) -> None:
