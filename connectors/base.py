@@ -190,6 +190,11 @@ class Connector(abc.ABC):
         """The requests sent so far, by class (REQUEST_CLASSES), retries included; None where they are not counted."""
         return None
 
+    def receipt_check(self) -> dict[str, dict]:
+        """How this connector's writes are checked on receipt, where it is decided (S3: by the profile, the endpoint
+        or the first write's probe), per endpoint: {"check": ..., "why": ...}; empty where not."""
+        return {}
+
     def default_encryption(self) -> str | None:
         """How the store encrypts objects by default, where the connector can tell (one request): S3's algorithm
         (`aws:kms`, `AES256`), `aws:kms bucket-key` with an S3 Bucket Key; None where it cannot tell or none is set."""

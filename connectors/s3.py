@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import threading
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +26,7 @@ import boto3
 import botocore.exceptions
 import botocore.httpsession
 import botocore.session
+import structlog
 from botocore.config import Config
 from botocore.response import StreamingBody
 
@@ -49,6 +51,7 @@ from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentE
 from ferry.net import in_words
 from ferry.profiles import Profile
 
+log = structlog.get_logger("ferry.s3")
 CHECKSUM_META = "ferry-checksum"
 _TRANSIENT_CODES = {
     "SlowDown",
@@ -66,6 +69,9 @@ _TRANSIENT_CODES = {
     "504",
 }
 _NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "404", "NotFound"}
+# A store's refusal of a body that does not match the checksum header sent with it: S3's (Content-MD5 or
+# x-amz-checksum-*, Ceph RGW's too), MinIO's (x-amz-checksum-*).
+_CHECKSUM_REFUSED = {"BadDigest", "XAmzContentChecksumMismatch"}
 _NETWORK_ERRORS = (
     botocore.exceptions.EndpointConnectionError,
     botocore.exceptions.ConnectionClosedError,
@@ -82,7 +88,7 @@ _PLAIN_HTTP = ": write the profile's endpoint_url with http://"
 def _answered(what: str, code: str, message: str, status: int, headers: Mapping[str, str]) -> Exception:
     """The ferry error for an error the store answered: its code, message, HTTP status and headers."""
     line = f"{what}: {code}: {message}".rstrip(": ")
-    if code == "BadDigest":
+    if code in _CHECKSUM_REFUSED:
         return ChecksumMismatch(line)
     if code in _TRANSIENT_CODES or status >= 500 or status == 429:
         retry_after = headers.get("retry-after")
@@ -225,6 +231,28 @@ _FIELD_OF = {
 # Endpoints that wrote without echoing the CRC32C ferry sent, once trusted to: each falls back to Content-MD5 for
 # the rest of the process (never a write checked by neither).
 _NO_ECHO: set[str] = set()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Receipt:
+    """How a connector's writes are checked on receipt: "crc32c" (the echo of the CRC32C the store verified) or
+    "md5" (Content-MD5 too, and an unencrypted object's ETag held to it), and why."""
+
+    check: str
+    why: str
+
+
+# receipt auto: what each endpoint other than AWS's was found to do with a body whose CRC32C is wrong, learned once
+# per process by the first write's probe (S3Connector._receipt), one probe at a time per endpoint.
+_LEARNED: dict[str, _Receipt] = {}
+_LEARNING: dict[str, threading.Lock] = {}
+# The probe's object: at the connector's root, a name ferry keeps for itself (no listing of ferry's shows it, so no
+# diff, delete or gate counts it, nor copies it where the bucket is later a source), always the same, so that one
+# left behind (its delete refused) is replaced and removed by the next probe.
+PROBE_KEY = ".ferry-receipt-probe"
+_PROBE_BODY = b"ferry's receipt probe: this body's CRC32C header is wrong on purpose\n"
+# Attempts at each of the probe's requests, while the store answers a transient error.
+_PROBE_ATTEMPTS = 3
 # S3's operations by the class its price list bills them in (connectors/base.py's REQUEST_CLASSES); others: OTHER.
 _REQUEST_CLASS = {
     "ListObjectsV2": "LIST",
@@ -333,10 +361,17 @@ class S3Connector(Connector):
         self._identity = (self.endpoint, credentials.access_key if credentials else None)
         # The receipt check of a write: "crc32c" trusts the store to verify the CRC32C sent and checks its echo;
         # "md5" also sends Content-MD5 and holds an unencrypted object's ETag to the body's MD5. "auto": crc32c on
-        # AWS's own endpoints (S3 refuses a body that does not match it, BadDigest), md5 elsewhere (moto, for one,
-        # echoes the CRC32C it is sent without checking it).
+        # AWS's own endpoints (S3 refuses a body that does not match it, BadDigest); elsewhere learned at the first
+        # write (None until then), as the store answers a probe (_probe_receipt): moto, for one, echoes the CRC32C
+        # it is sent without checking it.
         host = urlsplit(self.endpoint).hostname or ""
-        self._echo_verified = receipt == "crc32c" or (receipt == "auto" and host.endswith(".amazonaws.com"))
+        self._receipt_known: _Receipt | None = None
+        if receipt != "auto":
+            self._receipt_known = _Receipt(receipt, f"the profile's receipt: {receipt}")
+        elif host.endswith(".amazonaws.com"):
+            self._receipt_known = _Receipt("crc32c", "an AWS endpoint: S3 refuses a body whose CRC32C is wrong")
+        # The requests this connector's probe sent, by class (counted in requests_sent too).
+        self._probe_sent: Counter[str] = Counter()
         # SSE-KMS on every write (the encryption a profile names), SSE-C on every request of an object.
         self._encryption = dict(encryption or {})
         self._customer: dict = {}
@@ -570,7 +605,7 @@ class S3Connector(Connector):
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix, **args):
                 for item in page.get("Contents", ()):
                     key = item["Key"][len(base) :]
-                    if key:
+                    if key and key != PROBE_KEY:
                         etag, storage_class = item["ETag"].strip('"'), item.get("StorageClass")
                         yield ObjectInfo(key=key, size=item["Size"], signature=etag, storage_class=storage_class)
         except Exception as exc:  # noqa: BLE001
@@ -600,7 +635,7 @@ class S3Connector(Connector):
             decode = unquote_plus if page.findtext(f"{ns}EncodingType") == "url" else str
             for item in page.iterfind(f"{ns}Contents"):
                 key = decode(item.findtext(f"{ns}Key") or "")[len(base) :]
-                if key:
+                if key and key != PROBE_KEY:
                     size, etag = int(item.findtext(f"{ns}Size") or 0), item.findtext(f"{ns}ETag") or ""
                     storage_class = item.findtext(f"{ns}StorageClass")
                     yield ObjectInfo(key=key, size=size, signature=etag.strip('"'), storage_class=storage_class)
@@ -711,7 +746,74 @@ class S3Connector(Connector):
 
     def _md5_receipts(self) -> bool:
         """Whether writes carry Content-MD5 and have their ETags held to MD5s (receipt "md5")."""
-        return not self._echo_verified or self.endpoint in _NO_ECHO
+        return self._receipt().check == "md5" or self.endpoint in _NO_ECHO
+
+    def _receipt(self) -> _Receipt:
+        """The receipt check of this connector's writes: the profile's or AWS's, else what the endpoint was found to
+        do, by the probe of the first write in this process that asked (the others wait for it)."""
+        if self._receipt_known is None:
+            with _LEARNING.setdefault(self.endpoint, threading.Lock()):
+                learned = _LEARNED.get(self.endpoint)
+                if learned is None:
+                    learned = _LEARNED[self.endpoint] = self._probe_receipt()
+                    log.info("receipt check learned", endpoint=self.endpoint, check=learned.check, why=learned.why)
+                self._receipt_known = learned
+        return self._receipt_known
+
+    def _probe_receipt(self) -> _Receipt:
+        """Whether the store refuses a body whose x-amz-checksum-crc32c is wrong: a PutObject of a few bytes at
+        PROBE_KEY, by the client and with the encryption later writes use, carrying a CRC32C that is not the body's.
+        Refused as a checksum mismatch: the store verifies, crc32c. Taken: md5, and the object deleted at once. Any
+        other answer (denied, a transient error on every attempt) proves nothing: md5."""
+        what = self._what(PROBE_KEY)
+        args = {**self._write_args(WriteSpec(), with_checksum=False, what=what), "ChecksumAlgorithm": "CRC32C"}
+        wrong = {**args, "ChecksumCRC32C": to_b64(crc32c(_PROBE_BODY) ^ 0xFFFFFFFF)}
+        try:
+            self._probing("PUT", lambda: self._put_object(what, PROBE_KEY, _PROBE_BODY, wrong))
+        except ChecksumMismatch:
+            return _Receipt("crc32c", "the store refused a body whose CRC32C was wrong")
+        except TransientError as exc:
+            self._remove_probe(args)  # the store may have taken it, its answer lost
+            return _Receipt("md5", f"the receipt probe failed: {exc}")
+        except FerryError as exc:
+            return _Receipt("md5", f"the receipt probe was refused: {exc}")
+        self._remove_probe(args)
+        return _Receipt("md5", "the store took a body whose CRC32C was wrong")
+
+    def _remove_probe(self, args: dict) -> None:
+        """Delete the probe's object. One the store will not delete is written again with its true CRC32C (a store
+        that took the wrong one may keep it, and other tools' reads check it), and said once."""
+        what = self._what(PROBE_KEY)
+        try:
+            self._probing("DELETE", lambda: self.delete(PROBE_KEY))
+        except FerryError as exc:
+            with contextlib.suppress(FerryError):
+                true = {**args, "ChecksumCRC32C": to_b64(crc32c(_PROBE_BODY))}
+                self._probing("PUT", lambda: self._put_object(what, PROBE_KEY, _PROBE_BODY, true))
+            log.warning("the receipt probe's object stays: delete it", key=what, error=str(exc))
+
+    def _probing(self, kind: str, send: Callable[[], object]) -> None:
+        """send() once, and again while it fails as transient, up to _PROBE_ATTEMPTS times; each counted."""
+        for attempt in range(1, _PROBE_ATTEMPTS + 1):
+            self._probe_sent[kind] += 1
+            try:
+                send()
+                return
+            except TransientError as exc:
+                if attempt == _PROBE_ATTEMPTS:
+                    raise
+                time.sleep(min(exc.retry_after or 0.2 * attempt, 5.0))
+
+    def receipt_check(self) -> dict[str, dict]:
+        known = self._receipt_known
+        if known is None:  # nothing written yet (a dry run, a source): not learned
+            return {}
+        if known.check == "crc32c" and self.endpoint in _NO_ECHO:
+            known = _Receipt("md5", "the store did not echo the CRC32C sent")
+        said: dict = {"check": known.check, "why": known.why}
+        if self._probe_sent:
+            said["probe_requests"] = dict(self._probe_sent)
+        return {self.endpoint: said}
 
     def _body_checks(self, data: bytes, known: int | None = None) -> tuple[dict, str | None, int]:
         """The checksum headers a write of data carries, the MD5 sent (None: the echo alone is checked) and the
@@ -771,13 +873,17 @@ class S3Connector(Connector):
         args = self._write_args(spec, with_checksum=True, what=what)
 
         def send(checks: dict) -> dict:
-            if self._by_crt():
-                return self._crt_write(what, "PutObject", key, "", {**args, **checks}, data)
-            return self._call(what, self.client.put_object, Key=self._full(key), Body=data, **args, **checks)
+            return self._put_object(what, key, data, {**args, **checks})
 
         # The stored checksum is the CRC32C of data (the engine computed it while reading): not hashed again.
         etag, _ = self._write(what, data, send, parse(spec.checksum))
         return ObjectInfo(key=key, size=len(data), signature=etag, checksum=spec.checksum)
+
+    def _put_object(self, what: str, key: str, data: bytes, args: dict) -> dict:
+        """One PutObject of data at key with botocore's arguments, by the client that sends object bytes."""
+        if self._by_crt():
+            return self._crt_write(what, "PutObject", key, "", args, data)
+        return self._call(what, self.client.put_object, Key=self._full(key), Body=data, **args)
 
     def delete(self, key: str) -> None:
         self._call(self._what(key), self.client.delete_object, Key=self._full(key))
@@ -998,7 +1104,7 @@ class S3Connector(Connector):
 
     def _events(self, body: str) -> list[tuple[str, dict]]:
         """(key under the root, record) of each of this bucket's S3 event records a message's body holds; none for a
-        test event, another bucket's, a key outside the root, a body that is no event."""
+        test event, another bucket's, a key outside the root or the receipt probe's, a body that is no event."""
         try:
             message = json.loads(body)
         except ValueError:
@@ -1009,7 +1115,7 @@ class S3Connector(Connector):
             if entry.get("bucket", {}).get("name") != self.bucket:
                 continue
             key = unquote_plus(entry.get("object", {}).get("key", ""))
-            if key.startswith(base) and key != base:
+            if key.startswith(base) and key not in (base, base + PROBE_KEY):
                 events.append((key[len(base) :], record))
         return events
 

@@ -142,7 +142,8 @@ class Profile(BaseModel):
     read_timeout_s: float | None = Field(default=None, gt=0, le=3600, exclude=True)
     # S3: how a write's receipt is checked (see connectors/s3.py and docs/sync.md): "crc32c", the store verifies the
     # CRC32C ferry sends and echoes it (AWS S3); "md5", Content-MD5 as well and an unencrypted object's ETag held
-    # to the body's MD5 (a store that does not verify the CRC32C); "auto", crc32c on AWS's endpoints, md5 elsewhere.
+    # to the body's MD5 (a store that does not verify the CRC32C); "auto", crc32c on AWS's endpoints, elsewhere as
+    # the first write's probe finds the endpoint: crc32c where it refuses a wrong CRC32C, else md5.
     receipt: Literal["auto", "crc32c", "md5"] = Field(default="auto", exclude=True)
     # S3: what sends the requests that carry object bytes (PutObject, UploadPart): "crt", the AWS Common Runtime
     # (awscrt: HTTP and signing in C, a fraction of botocore's CPU per request); "botocore"; "auto", the CRT where

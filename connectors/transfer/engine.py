@@ -169,6 +169,7 @@ class Transfer:
                 side: _since(before, connector.requests_sent())
                 for (side, before), connector in zip(self._sent_before.items(), (self.source, self.target), strict=True)
             }
+            self.stats.receipt_check = self.target.receipt_check()
         return self.stats
 
     def _watch(self, stop: threading.Event, finished: threading.Event) -> None:

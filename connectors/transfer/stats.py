@@ -82,6 +82,8 @@ class Stats:
     # The requests the run sent to each end ("source", "target"), by class, as the connectors counted them, retries
     # included (None for a connector that does not count them); set when the run ends.
     requests: dict[str, dict[str, int] | None] = field(default_factory=dict)
+    # How the target's writes were checked on receipt, per endpoint (Connector.receipt_check); set when the run ends.
+    receipt_check: dict[str, dict] = field(default_factory=dict)
     # Stopped before the end (Ctrl-C, SIGTERM, a cancelled run): what is recorded is kept for the next run.
     interrupted: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -166,6 +168,7 @@ class Stats:
             },
             "retries": self.retries,
             "requests": dict(self.requests),
+            "receipt_check": dict(self.receipt_check),
             "url_copy": self.url_copy,
             "interrupted": self.interrupted,
             "duration_s": round(elapsed, 3),

@@ -10,7 +10,7 @@ import pytest
 
 from connectors.base import WriteSpec
 from connectors.registry import open_connector
-from connectors.s3 import S3Connector
+from connectors.s3 import PROBE_KEY, S3Connector
 from ferry.errors import PermanentError, UsageError
 from ferry.profiles import Credentials, Profile
 from tests.connectors.conformance import ConnectorSuite
@@ -169,6 +169,18 @@ def test_a_listing_by_the_crt_pages_and_decodes_keys_as_botocores(moto_env) -> N
         listed = list(fast.list(prefix, after))
         assert listed == list(slow.list(prefix, after))
     assert [i.key for i in fast.list()] == sorted(keys)
+
+
+@pytest.mark.parametrize("client", ["crt", "botocore"])
+def test_no_listing_shows_the_receipt_probes_key_at_the_root(moto_env, client: str) -> None:
+    bucket = new_bucket(moto_env.endpoint)
+    for key in (f"r/{PROBE_KEY}", "r/a", f"r/sub/{PROBE_KEY}", f"{PROBE_KEY}"):
+        moto_env.client("s3").put_object(Bucket=bucket, Key=key, Body=b"x")
+    profile = Profile(type="s3", endpoint_url=moto_env.endpoint, transfer_client=client)
+    connector = open_connector(f"moto://{bucket}/r", {"moto": profile})
+    assert connector._by_crt() == (client == "crt")
+    # Only the name at the connector's root is ferry's.
+    assert [info.key for info in connector.list()] == ["a", f"sub/{PROBE_KEY}"]
 
 
 @pytest.mark.parametrize("client", ["crt", "botocore"])

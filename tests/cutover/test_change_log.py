@@ -8,7 +8,7 @@ import json
 
 from connectors.base import ObjectInfo
 from connectors.registry import open_connector
-from connectors.s3 import Changes
+from connectors.s3 import PROBE_KEY, Changes
 from connectors.transfer import TransferSettings
 from ferry.profiles import Profile
 from ferry.sync import run_sync
@@ -35,6 +35,8 @@ def test_changed_keys_reads_the_queue_leaving_out_what_is_not_this_sources(moto_
     s3.put_object(Bucket="cl-keys", Key="root/a b", Body=b"1")
     s3.put_object(Bucket="cl-keys", Key="root/a b", Body=b"2")  # named twice: one key
     s3.put_object(Bucket="cl-keys", Key="elsewhere/x", Body=b"3")  # outside the root
+    s3.put_object(Bucket="cl-keys", Key=f"root/{PROBE_KEY}", Body=b"4")  # ferry's receipt probe, when it was a target
+    s3.delete_object(Bucket="cl-keys", Key=f"root/{PROBE_KEY}")
     s3.delete_object(Bucket="cl-keys", Key="root/a b")
     foreign = {"Records": [{"s3": {"bucket": {"name": "other"}, "object": {"key": "root/y"}}}]}
     sqs.send_message(QueueUrl=url, MessageBody=json.dumps(foreign))

@@ -15,11 +15,14 @@ Per request, seeded so that a failure replays:
   but consistently another value, as S3's are under SSE-KMS or SSE-C; the ones a client sends back are mapped
   back), `no-echo` (a write's answer carries no x-amz-checksum-crc32c), `flip` (a GET's body comes with one byte
   flipped, its headers as the store sent them: a corruption between the store and the client);
-And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, writes to
-`unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt` stored with one byte flipped, and
-with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403 CannotVerifyCopySource; with
-`copy_source_if_match` S3's `x-amz-copy-source-if-match` enforced as S3 does and moto does not (a HEAD of the copy's
-source to the store: another ETag is S3's 412 PreconditionFailed, counted in `copy_preconditions_failed`). With
+And the fixed faults the older tests use: every `every`-th request a 503, writes to `deny` a 403, deletes of
+`deny_delete` a 403, writes to `unavailable` a 503 while it is set, the first `corrupt_times` writes to `corrupt`
+stored with one byte flipped, and with `no_copy_source` every copy from a URL (`x-ms-copy-source`) Azure's 403
+CannotVerifyCopySource; with `copy_source_if_match` S3's `x-amz-copy-source-if-match` enforced as S3 does and moto
+does not (a HEAD of the copy's source to the store: another ETag is S3's 412 PreconditionFailed, counted in
+`copy_preconditions_failed`). With
+`verify_crc32c`, S3's check on receipt, which moto lacks: a PUT whose `x-amz-checksum-crc32c` is not the CRC32C of
+its body as it arrived (after `corrupt`) is S3's 400 BadDigest, not stored, counted in `bad_digests`. With
 `requester_pays` (an S3 bucket's name, path style) that bucket is Requester Pays as S3 keeps one, which moto 5.2.5
 does not: GetBucketRequestPayment (`?requestPayment`) says so (other buckets: BucketOwner), and a request of its
 objects or listings, or a copy from it, without `x-amz-request-payer: requester` is refused (403 AccessDenied).
@@ -30,11 +33,12 @@ does not. With
 
 Counters: `requests`, `faults` (by kind), `lies`, `body_bytes` (request bodies received: what was sent, re-sent
 bytes included), `write_headers` (how many writes carried each header, by lower-case name), `headers` (the same
-for every request, by method and name).
+for every request, by method and name), `paths` (requests by method and path, the query left out).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import json
@@ -48,6 +52,8 @@ import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import crc32c
+
 DENIED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
 )
@@ -59,6 +65,10 @@ SLOWDOWN = (
 PRECONDITION_FAILED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PreconditionFailed</Code>'
     b"<Message>At least one of the pre-conditions you specified did not hold</Message></Error>"
+)
+BAD_DIGEST = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>BadDigest</Code>'
+    b"<Message>The CRC32C you specified did not match the calculated checksum.</Message></Error>"
 )
 CANNOT_VERIFY = (
     b'<?xml version="1.0" encoding="utf-8"?><Error><Code>CannotVerifyCopySource</Code><Message>Forbidden</Message>'
@@ -113,10 +123,12 @@ class FaultProxy:
         every: int = 0,
         retry_after: str = "0",
         deny: str | None = None,
+        deny_delete: str | None = None,
         corrupt: str | None = None,
         corrupt_times: int = 1,
         unavailable: str | None = None,
         latency_s: float = 0.0,
+        verify_crc32c: bool = False,
         requester_pays: str | None = None,
         archive_status: dict[str, str] | None = None,
     ):
@@ -136,7 +148,8 @@ class FaultProxy:
         self.outage_at, self.outage_s = outage_at, outage_s
         self.lie, self.lie_path, self.lies_left, self.drop_status = lie, lie_path, lie_times, drop_status
         self.every = every
-        self.deny = deny
+        self.deny, self.deny_delete = deny, deny_delete
+        self.verify_crc32c, self.bad_digests = verify_crc32c, 0
         self.corrupt = corrupt
         self.corrupt_left = corrupt_times
         self.corrupted = 0
@@ -156,6 +169,7 @@ class FaultProxy:
         self.body_bytes = 0
         self.write_headers: Counter[str] = Counter()
         self.headers: Counter[tuple[str, str]] = Counter()
+        self.paths: Counter[tuple[str, str]] = Counter()
         self.outages = 0
         self.down = threading.Event()
         self.closed = threading.Event()
@@ -265,6 +279,7 @@ class FaultProxy:
                     proxy.body_bytes += len(body)
                     names = {k.lower() for k in self.headers}
                     proxy.headers.update((self.command, name) for name in names)
+                    proxy.paths[(self.command, self.path.partition("?")[0])] += 1
                     if self.command in _WRITES:
                         proxy.write_headers.update(names)
                 if proxy.down.is_set():
@@ -280,6 +295,9 @@ class FaultProxy:
                     self._error(503, SLOWDOWN, {"Retry-After": proxy.retry_after})
                     return
                 if proxy.deny and proxy.deny in self.path and self.command in _WRITES:
+                    self._error(403, DENIED, {})
+                    return
+                if proxy.deny_delete and proxy.deny_delete in self.path and self.command == "DELETE":
                     self._error(403, DENIED, {})
                     return
                 refuse = proxy.unavailable
@@ -312,9 +330,19 @@ class FaultProxy:
                         proxy.corrupted += int(flip)
                     if flip:
                         body = bytes([body[0] ^ 0xFF]) + body[1:]
+                if proxy.verify_crc32c and self.command == "PUT" and not self._crc32c_matches(body):
+                    with proxy._lock:
+                        proxy.bad_digests += 1
+                    self._error(400, BAD_DIGEST, {})
+                    return
                 if lie and proxy.lie == "etag" and self.command == "POST":  # the part ETags of a commit
                     body = _mirrored_xml(body)
                 self._forward(body, fault, lie)
+
+            def _crc32c_matches(self, body: bytes) -> bool:
+                """Whether the request's x-amz-checksum-crc32c (if any) is the CRC32C of body."""
+                sent = self.headers.get("x-amz-checksum-crc32c")
+                return sent is None or sent == base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode()
 
             def _copy_source_matches(self) -> bool:
                 """Whether a copy's x-amz-copy-source-if-match (if any) is its source's ETag now, as the store's
