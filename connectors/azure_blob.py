@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
@@ -54,7 +54,9 @@ from ferry.errors import (
     TransientError,
     UsageError,
 )
-from ferry.profiles import Credentials, Profile
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Credentials, Profile
 
 CHECKSUM_KEY = "ferry_crc32c"
 EXTRA_KEY = "ferry_metadata"

@@ -10,8 +10,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ferry.profiles import Profile
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
+
 
 GiB = 1 << 30
 MiB = 1 << 20

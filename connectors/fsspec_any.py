@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 import fsspec
@@ -17,7 +18,9 @@ import fsspec
 from connectors.base import Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec
 from connectors.checksum import crc32c
 from ferry.errors import NotFoundError, PermanentError, TransientError, UsageError
-from ferry.profiles import Profile
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 _UPLOADS = ".ferry-uploads"
 

@@ -9,11 +9,14 @@ import secrets
 import stat as stat_mod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connectors.base import Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec
 from connectors.checksum import crc32c, label
 from ferry.errors import ChecksumMismatch, NotFoundError, PermanentError, RejectedKey, TransientError, UsageError
-from ferry.profiles import Profile
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 _CHUNK = 1 << 20
 _TMP = ".ferry-tmp-"

@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from connectors.base import Connector, Location
 from ferry.errors import UsageError
-from ferry.profiles import Profile
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 # kind -> "module:Class". Third parties add kinds through the "ferry.connectors" entry point group.
 KINDS = {

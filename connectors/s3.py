@@ -1,4 +1,5 @@
-"""Amazon S3 and every S3-compatible store, through boto3.
+"""Amazon S3 and every S3-compatible store, through botocore (and awscrt, connectors/s3_crt.py, for the requests
+that carry object bytes).
 
 Without a profile the standard credential chain and configuration apply, so AWS_PROFILE and
 AWS_ENDPOINT_URL_S3 work as they do for the AWS CLI. botocore's own retries are switched
@@ -19,10 +20,11 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from email.header import Header, decode_header, make_header
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
 from xml.etree import ElementTree as ET
 
-import boto3
+import botocore.credentials
 import botocore.exceptions
 import botocore.httpsession
 import botocore.session
@@ -49,7 +51,9 @@ from connectors.base import (
 from connectors.checksum import crc32c, from_b64, hex_to_b64, label, md5_hex, parse, to_b64
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, TransientError, UsageError
 from ferry.net import in_words
-from ferry.profiles import Profile
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 log = structlog.get_logger("ferry.s3")
 CHECKSUM_META = "ferry-checksum"
@@ -325,7 +329,7 @@ class S3Connector(Connector):
     list_page = 1000
 
     def __init__(
-        self, url: str, bucket: str, root: str, session: boto3.session.Session, client_kwargs: dict,
+        self, url: str, bucket: str, root: str, session: botocore.session.Session, client_kwargs: dict,
         *, receipt: str = "auto", encryption: dict | None = None, customer_key: bytes | None = None,
         transfer_client: str = "auto", requester_pays: bool = False,
     ) -> None:  # fmt: skip
@@ -346,14 +350,14 @@ class S3Connector(Connector):
             s3={"addressing_style": client_kwargs.pop("addressing_style", "auto")},
         )
         try:
-            self.client = session.client("s3", config=config, **client_kwargs)
+            self.client = session.create_client("s3", config=config, **client_kwargs)
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, url) from None
         self.endpoint = self.client.meta.endpoint_url
         # Other services (STS: who ferry runs as; SQS: the bucket's event notifications) at the profile's endpoint
         # where it names one, as the S3 client is.
         self._service = functools.partial(
-            session.client,
+            session.create_client,
             endpoint_url=client_kwargs.get("endpoint_url"),
             region_name=client_kwargs.get("region_name"),
         )
@@ -402,7 +406,7 @@ class S3Connector(Connector):
         if requester_pays:
             self.client.meta.events.register("before-parameter-build.s3", self._pay_as_requester)
 
-    def _crt_sender(self, choice: str, session: boto3.session.Session) -> s3_crt.Sender | None:
+    def _crt_sender(self, choice: str, session: botocore.session.Session) -> s3_crt.Sender | None:
         """What sends the requests that carry object bytes: the CRT (connectors/s3_crt.py) where it can, by the
         profile's transfer_client ("auto": where awscrt is installed and nothing below stands in the way); None
         for botocore. Endpoint, addressing style, region, credentials and TLS verification are botocore's."""
@@ -427,12 +431,17 @@ class S3Connector(Connector):
             frozen = credentials.get_frozen_credentials()
             return frozen.access_key, frozen.secret_key, frozen.token
 
+        # Credentials that never change (keys, a static profile) are handed to the CRT once; refreshable ones (a
+        # role, SSO, instance metadata) are asked for at each signing, as botocore refreshes them.
+        refreshable = isinstance(credentials, botocore.credentials.RefreshableCredentials)
+
         url = self.client.generate_presigned_url("put_object", Params={"Bucket": self.bucket, "Key": "_"})
         session_http = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
         verify = botocore.httpsession.get_cert_path(getattr(session_http, "_verify", True))
         try:
             return s3_crt.Sender(
-                url.partition("?")[0][:-1], self.client.meta.region_name, current, verify, connections=1024,
+                url.partition("?")[0][:-1], self.client.meta.region_name, current if refreshable else current(), verify,
+                connections=1024,
                 read_timeout_s=self._read_timeout_s,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the CRT's TLS set-up (a CA bundle it cannot read): botocore's path
@@ -477,15 +486,24 @@ class S3Connector(Connector):
             client_kwargs["addressing_style"] = profile.addressing_style
             if profile.read_timeout_s:
                 client_kwargs["read_timeout"] = profile.read_timeout_s
+        # botocore's own session, not boto3's: boto3 adds nothing a client of ferry's uses, and importing it (and
+        # s3transfer with it) is a tenth of a small sync's start-up.
+        session = botocore.session.Session()
         # Timestamps (a listing's LastModified, a HEAD's) kept as the store wrote them: ferry reads none, and
         # botocore's dateutil parse of each is a tenth of a small-object sync's client CPU.
-        core = botocore.session.Session()
-        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
         try:
-            session = boto3.session.Session(botocore_session=core, **session_kwargs)
+            if "profile_name" in session_kwargs:
+                session.set_config_variable("profile", session_kwargs["profile_name"])
+            if session_kwargs.keys() & {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}:
+                session.set_credentials(
+                    session_kwargs.get("aws_access_key_id"), session_kwargs.get("aws_secret_access_key"),
+                    session_kwargs.get("aws_session_token"),
+                )  # fmt: skip
+            region = session.get_config_variable("region")
         except botocore.exceptions.BotoCoreError as exc:
             raise translate(exc, location.url) from None
-        if session.region_name is None and "region_name" not in client_kwargs:
+        if region is None and "region_name" not in client_kwargs:
             client_kwargs["region_name"] = "us-east-1"
         extra: dict = {}
         if profile is not None:

@@ -8,9 +8,9 @@ part sizes, transfer state, CRC32C, receipt checks and retries. The CRT retries 
 (the fewest it allows); what fails again reaches the engine's retry policy, counted there as botocore's failures are.
 
 Where the connection comes from is botocore's word, read once: the URL a presigned PutObject of this bucket gets
-(endpoint, addressing style, region: the bucket's own, or the CRT is not used), the session's credentials at each
-signing (refreshed as botocore refreshes them), and its TLS verification (the CA bundle botocore trusts, certifi's
-or the configured one; or none: verify is that path, or False).
+(endpoint, addressing style, region: the bucket's own, or the CRT is not used), the session's credentials (given
+once where they are static; asked for at each signing where botocore refreshes them), and its TLS verification (the
+CA bundle botocore trusts, certifi's or the configured one; or none: verify is that path, or False).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Sender:
     _bootstrap = None
 
     def __init__(
-        self, url_of_key: str, region: str, credentials: Callable[[], tuple[str, str, str | None] | None],
+        self, url_of_key: str, region: str,
+        credentials: tuple[str, str, str | None] | Callable[[], tuple[str, str, str | None] | None],
         verify: str | bool, connections: int, read_timeout_s: float,
     ) -> None:  # fmt: skip
         assert s3 is not None
@@ -70,11 +71,18 @@ class Sender:
         self.prefix = parts.path  # "/bucket/" (path style) or "/" (virtual host)
         tls = parts.scheme == "https"
 
-        def get_credentials() -> auth.AwsCredentials:
-            found = credentials()
-            if found is None:
-                raise RuntimeError("no AWS credentials")
-            return auth.AwsCredentials(*found)
+        if isinstance(credentials, tuple):  # the same at every signing: given to the CRT once
+            provider = auth.AwsCredentialsProvider.new_static(*credentials)
+        else:  # asked for at each signing (a Python call from the CRT's thread per request)
+            ask = credentials
+
+            def get_credentials() -> auth.AwsCredentials:
+                found = ask()
+                if found is None:
+                    raise RuntimeError("no AWS credentials")
+                return auth.AwsCredentials(*found)
+
+            provider = auth.AwsCredentialsProvider.new_delegate(get_credentials)
 
         options = None
         if tls:
@@ -90,7 +98,7 @@ class Sender:
         self.client = s3.S3Client(
             bootstrap=self._shared_bootstrap(),
             region=region,
-            credential_provider=auth.AwsCredentialsProvider.new_delegate(get_credentials),
+            credential_provider=provider,
             tls_mode=s3.S3RequestTlsMode.ENABLED if tls else s3.S3RequestTlsMode.DISABLED,
             tls_connection_options=options,
             max_active_connections_override=connections,

@@ -30,13 +30,16 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from connectors.base import Capabilities, Connector, Location, ObjectInfo, Part, WriteSpec
 from connectors.checksum import crc32c
 from ferry.errors import NotFoundError, PermanentError, UsageError
-from ferry.profiles import Profile
 from ferry.units import format_size, parse_size
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 MIB = 1 << 20
 _STAMP = struct.Struct("<QQQ")  # (size, object, MiB) at the start of every MiB

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checks.data import NAME, DataTally, check_data
 from connectors.base import Connector, ObjectInfo, redact_url
@@ -31,8 +31,10 @@ from connectors.transfer import (
 from ferry.errors import FerryError, NotFoundError
 from ferry.files import Journal, write_atomic
 from ferry.interrupts import one_by_one
-from ferry.profiles import Profile
 from ferry.results import CheckResult, Status
+
+if TYPE_CHECKING:  # annotations only: pydantic and YAML load where a profile is read
+    from ferry.profiles import Profile
 
 
 @dataclass

@@ -85,15 +85,18 @@ class Server:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_moto(min_part_size: int | None = None) -> Server:
-    """moto's S3/IAM server on a free port. Credentials are moto's fakes, passed by environment."""
+def start_moto(min_part_size: int | None = None, verifying: bool = False) -> Server:
+    """moto's S3/IAM server on a free port. Credentials are moto's fakes, passed by environment. verifying: one
+    that refuses a body whose Content-MD5 or x-amz-checksum-* differs, as S3 does (tests/moto_s3.py)."""
     port = free_port()
     env = dict(os.environ)
     if min_part_size is not None:
         env["S3_UPLOAD_PART_MIN_SIZE"] = str(min_part_size)
-    moto = Path(sys.executable).with_name("moto_server")
+    server = [sys.executable, str(Path(__file__).with_name("moto_s3.py"))] if verifying else [
+        str(Path(sys.executable).with_name("moto_server"))
+    ]
     proc = subprocess.Popen(
-        [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+        [*server, "-H", "127.0.0.1", "-p", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

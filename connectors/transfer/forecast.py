@@ -7,6 +7,7 @@ own diff and the run's own route decisions, not a second model of them.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import threading
@@ -32,7 +33,7 @@ _MULTIPART_ETAG = re.compile(r"[0-9a-f]{32}-[0-9]+")
 
 def bucket_of(size: int) -> int:
     """The histogram bucket a size falls in (an index into SIZE_EDGES, or its length for the largest)."""
-    return next((i for i, edge in enumerate(SIZE_EDGES) if size <= edge), len(SIZE_EDGES))
+    return bisect.bisect_left(SIZE_EDGES, size)
 
 
 @dataclass
@@ -70,17 +71,16 @@ class Forecast:
 
     def copy(self, src: ObjectInfo, dst: ObjectInfo | None, route: Route) -> None:
         """One object to copy (dst: what the target holds now, None if nothing), as route would copy it."""
+        # Once per object decided, on the thread that lists: the calls as (name, count) pairs, added under the lock.
         size = src.size
-        source, target = Counter[str](), Counter[str]()
         mode, learns = route.upload_mode(), False
         if route.whole(size):
             parts = 0
             if mode == "server":
-                target["copy_from"] += 1
-                source["stat"] += int(route.target.copy_checks_source(src))
+                source = [("stat", 1)] if route.target.copy_checks_source(src) else []
+                target = [("copy_from", 1)]
             else:
-                source["get"] += 1
-                target["put"] += 1
+                source, target = [("get", 1)], [("put", 1)]
                 mode = "stream"  # a whole object is never pulled from a URL
         else:
             try:
@@ -89,21 +89,20 @@ class Forecast:
                 with self.lock:
                     self.too_large += 1
                 return
-            source["stat"] += 1
-            target["begin"] += 1
-            target["complete"] += 1
-            target["stat"] += 1  # the read-back of what was assembled
+            # begin, complete, and the read-back of what was assembled; the source's stat before the copy
+            source, target = [("stat", 1)], [("begin", 1), ("complete", 1), ("stat", 1)]
             if mode == "server":
-                target["copy_part_from"] += parts
+                target.append(("copy_part_from", parts))
             else:
-                source["stat"] += 1  # unchanged while it was copied?
+                source.append(("stat", 1))  # unchanged while it was copied?
                 learns = bool(_MULTIPART_ETAG.fullmatch(src.signature))
-                source["part_size"] += int(learns)
+                if learns:
+                    source.append(("part_size", 1))
                 if mode == "url":
-                    target["put_part_from_url"] += parts
+                    target.append(("put_part_from_url", parts))
                 else:
-                    source["open_range"] += parts
-                    target["put_part"] += parts
+                    source.append(("open_range", parts))
+                    target.append(("put_part", parts))
         with self.lock:
             self.copies += 1
             self.bytes += size
@@ -123,8 +122,12 @@ class Forecast:
                 self.multipart_bytes += size
                 self.parts += parts
                 self.source_part_sizes += int(learns)
-            self.calls["source"].update(source)
-            self.calls["target"].update(target)
+            calls = self.calls["source"]
+            for name, n in source:
+                calls[name] += n
+            calls = self.calls["target"]
+            for name, n in target:
+                calls[name] += n
 
     def delete(self, dst: ObjectInfo | None) -> None:
         """One object to delete from the target."""

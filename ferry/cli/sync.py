@@ -26,7 +26,6 @@ from ferry.cli.console import check_log_format, err, out
 from ferry.errors import Interrupted, UsageError
 from ferry.layout import StateLayout
 from ferry.lock import held
-from ferry.profiles import load_profiles
 from ferry.results import SHOWN_ITEMS
 
 
@@ -112,7 +111,11 @@ def sync(
 ) -> None:
     """Copy what is missing or different from SOURCE to TARGET, verify it, and report."""
     logs.configure(log_format)
-    profile_map = load_profiles(profiles)
+    profile_map: dict = {}
+    if profiles is not None:  # pydantic and YAML are imported only where a profiles file is read
+        from ferry.profiles import load_profiles
+
+        profile_map = load_profiles(profiles)
     if abort_incomplete:
         from ferry.sync import abort_uploads
 

@@ -70,7 +70,7 @@ def test_quick_bench_runs_every_row_and_column(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     rows = {(r["scenario"], r["tool"]): r for r in results["rows"]}
-    assert set(rows) == {("engine-small", "ferry"), *(("local-s3-small", tool) for tool in (*TOOLS, "ferry-echo"))}
+    assert set(rows) == {("engine-small", "ferry"), *(("local-s3-small", tool) for tool in (*TOOLS, "ferry-md5"))}
     for (scenario, _tool), row in rows.items():
         assert row["cpu_ms_obj"] > 0 and row["cpu_s_gib"] > 0
         assert ("server_cpu_ms_obj" in row) == (scenario == "local-s3-small")
@@ -80,4 +80,4 @@ def test_quick_bench_runs_every_row_and_column(tmp_path) -> None:
     assert any(line.startswith("engine-small: one ferry process, verification on") for line in lines)
     ceiling_lines = [line for line in lines if "bare loop's" in line]
     assert len(ceiling_lines) == 1 and ("(ceiling," in ceiling_lines[0] or "(ceiling-crt," in ceiling_lines[0])
-    assert Path(tmp_path / "results.md").read_text().count("| local-s3-small |") == len(TOOLS) + 1  # and ferry-echo
+    assert Path(tmp_path / "results.md").read_text().count("| local-s3-small |") == len(TOOLS) + 1  # and ferry-md5

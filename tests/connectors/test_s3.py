@@ -200,3 +200,43 @@ def test_metadata_not_in_us_ascii_is_written_rfc2047_encoded_by_either_client_an
     assert connector.stat("k").metadata == written
     with pytest.raises(PermanentError, match="user metadata name 'título' is not US-ASCII"):
         connector.put("k2", b"data", WriteSpec(metadata={"título": "x"}))
+
+
+def test_static_credentials_are_given_to_the_crt_once_and_refreshable_ones_at_each_signing(moto_env, monkeypatch):
+    import datetime
+
+    import botocore.credentials
+    import botocore.session
+
+    asked: list[str] = []
+
+    def counted(cls):
+        class Counted(cls):
+            def get_frozen_credentials(self):
+                asked.append(cls.__name__)
+                return super().get_frozen_credentials()
+
+        return Counted
+
+    static = counted(botocore.credentials.Credentials)("testing", "testing")
+    monkeypatch.setattr(botocore.session.Session, "get_credentials", lambda self: static)
+    connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}", {})
+    connector.put("first", b"x", WriteSpec())  # botocore's own requests before it (the bucket's HEAD, the probe)
+    asked.clear()
+    for n in range(3):
+        connector.put(f"s{n}", b"x", WriteSpec())
+    assert connector._crt is not None and asked == [], "given to the CRT's client when it was made"
+
+    expiry = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).isoformat()
+    metadata = {"access_key": "testing", "secret_key": "testing", "token": None, "expiry_time": expiry}
+    refreshable = counted(botocore.credentials.RefreshableCredentials).create_from_metadata(
+        metadata, refresh_using=lambda: metadata, method="test"
+    )
+    monkeypatch.setattr(botocore.session.Session, "get_credentials", lambda self: refreshable)
+    connector = open_connector(f"s3://{new_bucket(moto_env.endpoint)}", {})
+    connector.put("first", b"x", WriteSpec())
+    asked.clear()
+    for n in range(3):
+        connector.put(f"r{n}", b"x", WriteSpec())
+    assert connector._crt is not None and asked == ["RefreshableCredentials"] * 3, "asked at every signing"
+    assert {info.key for info in connector.list()} == {"first", "r0", "r1", "r2"}

@@ -1,0 +1,107 @@
+"""The benchmark's moto (tests/moto_s3.py) refuses what S3 refuses: a write whose body differs from its checksums."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import urllib.request
+from collections.abc import Iterator
+from urllib.error import HTTPError
+
+import botocore.exceptions
+import pytest
+
+from connectors.checksum import crc32c
+from connectors.transfer import TransferSettings
+from ferry.profiles import Profile
+from ferry.sync import run_sync
+from tests.support import Server, start_moto
+
+BODY = b"a body of some bytes " * 500
+
+
+@pytest.fixture(scope="module")
+def verifying() -> Iterator[Server]:
+    server = start_moto(verifying=True)
+    server.client("s3").create_bucket(Bucket="bkt")
+    yield server
+    server.stop()
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+GOOD_CRC32C = _b64(crc32c(BODY).to_bytes(4, "big"))
+GOOD_MD5 = _b64(hashlib.md5(BODY).digest())
+
+
+@pytest.mark.parametrize(
+    ("sent", "refused"),
+    [
+        ({"ChecksumCRC32C": GOOD_CRC32C}, None),
+        ({"ChecksumCRC32C": _b64(b"\0\0\0\0")}, "CRC32C"),
+        ({"ContentMD5": GOOD_MD5}, None),
+        ({"ContentMD5": _b64(b"\0" * 16)}, "Content-MD5"),
+        ({"ChecksumSHA256": _b64(hashlib.sha256(b"another body").digest())}, "SHA256"),
+        ({}, None),  # boto3's own CRC32, in an aws-chunked trailer: right
+    ],
+)
+def test_a_put_is_refused_where_its_body_differs_from_a_checksum_it_carries(verifying, sent, refused) -> None:
+    s3 = verifying.client("s3")
+    if refused is None:
+        s3.put_object(Bucket="bkt", Key="k", Body=BODY, **sent)
+        assert s3.get_object(Bucket="bkt", Key="k")["Body"].read() == BODY
+        return
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        s3.put_object(Bucket="bkt", Key="refused", Body=BODY, **sent)
+    assert caught.value.response["Error"]["Code"] == "BadDigest"
+    assert refused in caught.value.response["Error"]["Message"]
+    assert "Contents" not in s3.list_objects_v2(Bucket="bkt", Prefix="refused")
+
+
+def test_a_part_is_refused_where_its_body_differs_from_its_checksum(verifying) -> None:
+    s3 = verifying.client("s3")
+    upload = s3.create_multipart_upload(Bucket="bkt", Key="m", ChecksumAlgorithm="CRC32C")["UploadId"]
+    with pytest.raises(botocore.exceptions.ClientError, match="BadDigest"):
+        s3.upload_part(Bucket="bkt", Key="m", UploadId=upload, PartNumber=1, Body=BODY, ChecksumCRC32C="AAAAAA==")
+    s3.upload_part(Bucket="bkt", Key="m", UploadId=upload, PartNumber=1, Body=BODY, ChecksumCRC32C=GOOD_CRC32C)
+    assert [p["PartNumber"] for p in s3.list_parts(Bucket="bkt", Key="m", UploadId=upload)["Parts"]] == [1]
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_trailer_checksum_is_held_to_the_body_too(verifying, right: bool) -> None:
+    """An unsigned aws-chunked body with its CRC32 in the trailer, as the CRT and newer SDKs send one."""
+    import zlib
+
+    value = _b64(zlib.crc32(BODY).to_bytes(4, "big")) if right else _b64(b"\1\2\3\4")
+    chunked = b"%x\r\n%s\r\n0\r\nx-amz-checksum-crc32:%s\r\n\r\n" % (len(BODY), BODY, value.encode())
+    request = urllib.request.Request(
+        f"{verifying.endpoint}/bkt/trailer-{right}", data=chunked, method="PUT",
+        headers={
+            "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "x-amz-trailer": "x-amz-checksum-crc32",
+            "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(BODY)),
+            "Content-Type": "application/octet-stream",  # not urllib's form type, which werkzeug would parse
+        },
+    )  # fmt: skip
+    if right:
+        assert urllib.request.urlopen(request).status == 200
+        got = verifying.client("s3").get_object(Bucket="bkt", Key=f"trailer-{right}")["Body"].read()
+        assert got == BODY
+    else:
+        with pytest.raises(HTTPError) as caught:
+            urllib.request.urlopen(request)
+        assert caught.value.code == 400 and b"BadDigest" in caught.value.read()
+
+
+def test_ferrys_receipt_auto_learns_from_it_what_it_learns_from_s3(verifying, tmp_path, monkeypatch) -> None:
+    """The benchmark's ferry row takes the path it takes on S3: the probe is refused, the echo is the check."""
+    for name, value in verifying.env.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.bin").write_bytes(BODY)
+    profiles = {"v": Profile(type="s3", endpoint_url=verifying.endpoint)}
+    source, state = str(tmp_path / "src"), tmp_path / "state"
+    result = run_sync(source, "v://bkt/ferry", TransferSettings(), profiles=profiles, state_dir=state)
+    assert result.ok, result.stats.failures
+    assert result.stats.summary()["receipt_check"][verifying.endpoint]["check"] == "crc32c"
