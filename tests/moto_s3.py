@@ -23,6 +23,7 @@ from moto.s3.utils import compute_checksum
 
 ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 _TRAILER = re.compile(rb"x-amz-checksum-(\w+):\s*([A-Za-z0-9+/=]+)")
+_TRAILER_TAIL = 1024
 
 
 class BadDigest(S3ClientError):
@@ -36,7 +37,8 @@ def sent_checksums(response: S3Response) -> list[tuple[str, str]]:
     named = {alg: f"x-amz-checksum-{alg.lower()}" for alg in ALGORITHMS}
     sent = [(alg, headers[name]) for alg, name in named.items() if name in headers]
     if not sent and "x-amz-trailer" in headers:
-        found = _TRAILER.search(response.raw_body)
+        # The trailer follows the last (empty) chunk: searched for in the body's end, not across its bytes.
+        found = _TRAILER.search(response.raw_body[-_TRAILER_TAIL:])
         if found and found.group(1).decode().upper() in ALGORITHMS:
             sent.append((found.group(1).decode().upper(), found.group(2).decode()))
     return sent
