@@ -8,11 +8,8 @@ and an exit code (`run`, the console script's entry point).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import gc
-import os
 import sys
 from importlib import import_module
 from typing import Annotated
@@ -121,23 +118,6 @@ def _last_line(outcome: str, message: str, code: int) -> None:
     sys.exit(code)
 
 
-# glibc's mallopt parameter for the most arenas (malloc.h).
-_M_ARENA_MAX = -8
-
-
-def _cap_malloc_arenas() -> None:
-    """Two malloc arenas, where glibc would make up to eight per core (unless MALLOC_ARENA_MAX says otherwise).
-
-    Each thread that allocates under contention gets an arena of its own, which keeps what it frees: with 128
-    workers and the CRT passing 8 MiB parts, tens of MB of peak RSS that hold no data. Measured into moto (4 x 256
-    MiB, 2,000 x 64 KiB, both): peak RSS 190-223 MB to 173-181, and 187-195 to 176-177; the same CPU. Python's
-    own small objects are pymalloc's, not malloc's."""
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no arenas): nothing to cap
-        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
-
-
 def run() -> None:
     """Console-script entry point: one line on stderr, never a traceback; exit 2 for bad input, 1 for failures."""
     try:
@@ -145,7 +125,6 @@ def run() -> None:
         # collections run per 50,000 allocations, not per 700 (a copy of many small objects made hundreds).
         gc.freeze()
         gc.set_threshold(50_000, 20, 20)
-        _cap_malloc_arenas()
         code = build(_named(sys.argv[1:]))(standalone_mode=False)
     except UsageError as exc:
         _last_line("error", str(exc), 2)

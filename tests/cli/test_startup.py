@@ -57,21 +57,3 @@ def test_a_sync_into_s3_without_profiles_imports_neither_boto3_nor_yaml(tmp_path
     assert sorted(m for m in modules if m.split(".")[0] in heavy or m in heavy) == []
     assert moto_env.client("s3").list_objects_v2(Bucket="startup")["KeyCount"] == 1, "and it copied"
 
-
-@pytest.mark.parametrize("env", [{}, {"MALLOC_ARENA_MAX": "8"}])
-def test_ferry_caps_mallocs_arenas_at_two_unless_the_environment_says(monkeypatch, env) -> None:
-    import ferry.cli
-
-    calls: list[tuple[int, int]] = []
-
-    class Libc:
-        def mallopt(self, param: int, value: int) -> int:
-            calls.append((param, value))
-            return 1
-
-    monkeypatch.setattr(ferry.cli.ctypes, "CDLL", lambda name: Libc())
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    ferry.cli._cap_malloc_arenas()
-    assert calls == ([] if env else [(-8, 2)])  # glibc's M_ARENA_MAX
