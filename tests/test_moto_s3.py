@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from urllib.error import HTTPError
 
 import botocore.exceptions
 import pytest
 
+from connectors import s3 as s3_connector
 from connectors.checksum import crc32c
 from connectors.transfer import TransferSettings
 from ferry.profiles import Profile
@@ -23,9 +25,11 @@ BODY = b"a body of some bytes " * 500
 @pytest.fixture(scope="module")
 def verifying() -> Iterator[Server]:
     server = start_moto(verifying=True)
-    server.client("s3").create_bucket(Bucket="bkt")
-    yield server
-    server.stop()
+    try:
+        server.client("s3").create_bucket(Bucket="bkt")
+        yield server
+    finally:
+        server.stop()
 
 
 def _b64(digest: bytes) -> str:
@@ -44,7 +48,7 @@ GOOD_MD5 = _b64(hashlib.md5(BODY).digest())
         ({"ContentMD5": GOOD_MD5}, None),
         ({"ContentMD5": _b64(b"\0" * 16)}, "Content-MD5"),
         ({"ChecksumSHA256": _b64(hashlib.sha256(b"another body").digest())}, "SHA256"),
-        ({}, None),  # boto3's own CRC32, in an aws-chunked trailer: right
+        ({}, None),  # boto3's own CRC32 (a header, over plain HTTP): right
     ],
 )
 def test_a_put_is_refused_where_its_body_differs_from_a_checksum_it_carries(verifying, sent, refused) -> None:
@@ -69,33 +73,57 @@ def test_a_part_is_refused_where_its_body_differs_from_its_checksum(verifying) -
     assert [p["PartNumber"] for p in s3.list_parts(Bucket="bkt", Key="m", UploadId=upload)["Parts"]] == [1]
 
 
-@pytest.mark.parametrize("right", [True, False])
-def test_a_trailer_checksum_is_held_to_the_body_too(verifying, right: bool) -> None:
-    """An unsigned aws-chunked body with its CRC32 in the trailer, as the CRT and newer SDKs send one."""
-    import zlib
+def _chunked(signed: bool, trailer: bytes) -> bytes:
+    """BODY as an aws-chunked body in two chunks, with trailer after its last (empty) chunk."""
+    sign = b";chunk-signature=" + b"0" * 64 if signed else b""
+    chunks = [BODY[:4000], BODY[4000:], b""]
+    return b"".join(b"%x%s\r\n%s" % (len(c), sign, c + b"\r\n" if c else b"") for c in chunks) + trailer + b"\r\n"
 
-    value = _b64(zlib.crc32(BODY).to_bytes(4, "big")) if right else _b64(b"\1\2\3\4")
-    chunked = b"%x\r\n%s\r\n0\r\nx-amz-checksum-crc32:%s\r\n\r\n" % (len(BODY), BODY, value.encode())
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+@pytest.mark.parametrize(
+    ("trailer", "refused"),
+    [
+        (b"x-amz-checksum-crc32:%s\r\n" % _b64(zlib.crc32(BODY).to_bytes(4, "big")).encode(), None),
+        (b"x-amz-checksum-crc32:%s\r\n" % _b64(b"\1\2\3\4").encode(), "BadDigest"),
+        (b"", "MalformedTrailerError"),  # promised, not sent
+    ],
+    ids=["right", "wrong", "missing"],
+)
+def test_a_trailer_checksum_is_held_to_the_body_too(verifying, signed: bool, trailer: bytes, refused) -> None:
+    """An aws-chunked body with its CRC32 in the trailer, as the CRT sends one (signed: SigV4 chunk signatures,
+    which moto does not check)."""
+    if signed:
+        trailer += b"x-amz-trailer-signature:" + b"0" * 64 + b"\r\n"
+    key = f"trailer-{signed}-{refused}"
     request = urllib.request.Request(
-        f"{verifying.endpoint}/bkt/trailer-{right}", data=chunked, method="PUT",
+        f"{verifying.endpoint}/bkt/{key}", data=_chunked(signed, trailer), method="PUT",
         headers={
-            "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "x-amz-trailer": "x-amz-checksum-crc32",
-            "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(BODY)),
+            "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" if signed
+            else "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            "x-amz-trailer": "x-amz-checksum-crc32", "Content-Encoding": "aws-chunked",
+            "x-amz-decoded-content-length": str(len(BODY)),
             "Content-Type": "application/octet-stream",  # not urllib's form type, which werkzeug would parse
         },
     )  # fmt: skip
-    if right:
+    if refused is None:
         assert urllib.request.urlopen(request).status == 200
-        got = verifying.client("s3").get_object(Bucket="bkt", Key=f"trailer-{right}")["Body"].read()
-        assert got == BODY
+        assert verifying.client("s3").get_object(Bucket="bkt", Key=key)["Body"].read() == BODY
     else:
         with pytest.raises(HTTPError) as caught:
             urllib.request.urlopen(request)
-        assert caught.value.code == 400 and b"BadDigest" in caught.value.read()
+        assert caught.value.code == 400 and refused.encode() in caught.value.read()
+
+
+def test_a_content_md5_that_is_no_md5_is_invalid(verifying) -> None:
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        verifying.client("s3").put_object(Bucket="bkt", Key="bad-md5", Body=BODY, ContentMD5=_b64(b"short"))
+    assert caught.value.response["Error"]["Code"] == "InvalidDigest"
 
 
 def test_ferrys_receipt_auto_learns_from_it_what_it_learns_from_s3(verifying, tmp_path, monkeypatch) -> None:
     """The benchmark's ferry row takes the path it takes on S3: the probe is refused, the echo is the check."""
+    monkeypatch.setattr(s3_connector, "_LEARNED", {})  # learned per endpoint and process: a port may be reused
     for name, value in verifying.env.items():
         monkeypatch.setenv(name, value)
     (tmp_path / "src").mkdir()

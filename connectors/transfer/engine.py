@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 import itertools
-import os
-import sys
 import threading
 import time
 from collections import deque
@@ -36,25 +33,9 @@ from connectors.transfer.state import ObjectRecord, TransferState, UploadRecord
 from connectors.transfer.stats import Stats
 from ferry.errors import ChecksumMismatch, FerryError, NotFoundError, PermanentError, RejectedKey, TransientError
 from ferry.interrupts import failpoint
+from ferry.malloc import tune as tune_malloc
 
 log = structlog.get_logger("ferry.transfer")
-
-# glibc's mallopt parameter for the most arenas (malloc.h).
-_M_ARENA_MAX = -8
-
-
-def cap_malloc_arenas() -> None:
-    """Two malloc arenas for the process, where glibc would make up to eight per core (unless MALLOC_ARENA_MAX says
-    otherwise): set as a transfer starts its workers, wherever it runs (`ferry sync`, a phase's step, a Dask worker).
-
-    Each thread that allocates under contention gets an arena of its own, which keeps what it frees: with 128
-    workers and the CRT passing 8 MiB parts, tens of MB of peak RSS that hold no data. Measured into moto (4 x 256
-    MiB, 2,000 x 64 KiB, both): peak RSS 190-223 MB to 173-181, and 187-195 to 176-177; the same CPU. Python's
-    own small objects are pymalloc's, not malloc's."""
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no arenas): nothing to cap
-        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
 
 
 def _changed_under_copy(exc: BaseException) -> bool:
@@ -159,7 +140,7 @@ class Transfer:
         """
         self.source.check()
         self.target.prepare_target(self.settings.dry_run)
-        cap_malloc_arenas()
+        tune_malloc()  # where the process's entry point did not (a phase's step, a Dask worker)
         # Each worker runs in a copy of this context: bound log fields (run, phase) and an
         # orchestrator's run context reach the workers' log lines.
         workers = [

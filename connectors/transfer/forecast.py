@@ -71,7 +71,7 @@ class Forecast:
 
     def copy(self, src: ObjectInfo, dst: ObjectInfo | None, route: Route) -> None:
         """One object to copy (dst: what the target holds now, None if nothing), as route would copy it."""
-        # Once per object decided, on the thread that lists: the calls as (name, count) pairs, added under the lock.
+        # Once per object decided: the calls as (name, count) pairs, added under the lock.
         size = src.size
         mode, learns = route.upload_mode(), False
         if route.whole(size):

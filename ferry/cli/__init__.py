@@ -19,6 +19,7 @@ import typer
 from ferry import __version__, logs
 from ferry.cli.console import debugging, err, out
 from ferry.errors import FerryError, Interrupted, UsageError
+from ferry.malloc import tune as tune_malloc
 
 
 def version() -> None:
@@ -125,6 +126,7 @@ def run() -> None:
         # collections run per 50,000 allocations, not per 700 (a copy of many small objects made hundreds).
         gc.freeze()
         gc.set_threshold(50_000, 20, 20)
+        tune_malloc()  # before any thread allocates
         code = build(_named(sys.argv[1:]))(standalone_mode=False)
     except UsageError as exc:
         _last_line("error", str(exc), 2)

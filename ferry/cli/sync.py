@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import (
@@ -27,6 +27,9 @@ from ferry.errors import Interrupted, UsageError
 from ferry.layout import StateLayout
 from ferry.lock import held
 from ferry.results import SHOWN_ITEMS
+
+if TYPE_CHECKING:  # a profiles file is read (pydantic, YAML) only where one is named
+    from ferry.profiles import Profile
 
 
 def parse_size(text: str, what: str) -> int:
@@ -111,7 +114,7 @@ def sync(
 ) -> None:
     """Copy what is missing or different from SOURCE to TARGET, verify it, and report."""
     logs.configure(log_format)
-    profile_map: dict = {}
+    profile_map: dict[str, Profile] = {}
     if profiles is not None:  # pydantic and YAML are imported only where a profiles file is read
         from ferry.profiles import load_profiles
 

@@ -56,4 +56,3 @@ def test_a_sync_into_s3_without_profiles_imports_neither_boto3_nor_yaml(tmp_path
     heavy = ("boto3", "s3transfer", "yaml", "ferry.profiles", "ferry.config")
     assert sorted(m for m in modules if m.split(".")[0] in heavy or m in heavy) == []
     assert moto_env.client("s3").list_objects_v2(Bucket="startup")["KeyCount"] == 1, "and it copied"
-

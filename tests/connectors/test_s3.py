@@ -116,6 +116,18 @@ def test_profile_naming_unset_env_is_usage_error(moto_env) -> None:
         open_connector("meta://bucket", {"meta": profile})
 
 
+@pytest.mark.parametrize("region", ["us-east-1", None])
+def test_an_aws_profile_that_does_not_exist_is_one_line_naming_it(moto_env, monkeypatch, tmp_path, region) -> None:
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))  # no profiles at all
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    if region is None:
+        monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    profile = Profile(type="s3", endpoint_url=moto_env.endpoint, credentials=Credentials(aws_profile="no-such"))
+    with pytest.raises(UsageError, match="no-such") as caught:
+        open_connector("named://bucket", {"named": profile})
+    assert "\n" not in str(caught.value)
+
+
 def test_missing_bucket_is_usage_error(moto_env) -> None:
     connector = open_connector("s3://no-such-bucket-here", {})
     with pytest.raises(UsageError, match="does not exist"):
@@ -238,5 +250,6 @@ def test_static_credentials_are_given_to_the_crt_once_and_refreshable_ones_at_ea
     asked.clear()
     for n in range(3):
         connector.put(f"r{n}", b"x", WriteSpec())
-    assert connector._crt is not None and asked == ["RefreshableCredentials"] * 3, "asked at every signing"
+    assert connector._crt is not None and len(asked) >= 3, "asked at every signing"
+    assert set(asked) == {"RefreshableCredentials"}
     assert {info.key for info in connector.list()} == {"first", "r0", "r1", "r2"}

@@ -21,7 +21,6 @@ from connectors.transfer import (
     Stats,
     TransferSettings,
     diff,
-    engine,
     part_size_for,
 )
 from connectors.transfer.retry import Recopy
@@ -280,20 +279,3 @@ def test_an_upload_not_held_to_the_checksum_its_source_holds_says_why(tmp_path: 
     resumed.sums[1] = crc.compute(data[:4096], 0)
     assert route.held_upload(resumed, parts, None) == ("crc64nvme", None)
     assert route.held_upload(Upload("blob", info, 4096, "stream"), parts, None) == (None, None)
-
-
-@pytest.mark.parametrize("env", [{}, {"MALLOC_ARENA_MAX": "8"}])
-def test_a_transfer_caps_mallocs_arenas_at_two_unless_the_environment_says(monkeypatch, env) -> None:
-    calls: list[tuple[int, int]] = []
-
-    class Libc:
-        def mallopt(self, param: int, value: int) -> int:
-            calls.append((param, value))
-            return 1
-
-    monkeypatch.setattr(engine.ctypes, "CDLL", lambda name: Libc())
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    engine.cap_malloc_arenas()
-    assert calls == ([] if env else [(-8, 2)])  # glibc's M_ARENA_MAX
