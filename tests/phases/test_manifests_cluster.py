@@ -7,6 +7,7 @@ Each test has namespaces of its own, removed after it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import stat
 import uuid
@@ -356,22 +357,66 @@ def test_a_refusal_in_the_dry_run_applies_nothing(control_plane: ControlPlane, n
 def test_a_failed_wave_in_a_namespace_it_creates_is_rolled_back_exactly(
     control_plane: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    # The namespace is the run's own, so what goes into it cannot be dry-run first; its quota (applied with the
-    # config) allows no Deployment: the workloads wave is refused after namespaces, RBAC, config and storage.
-    quota = (
-        "---\napiVersion: v1\nkind: ResourceQuota\nmetadata: {name: no-deployments, namespace: ml-train}\n"
-        "spec: {hard: {count/deployments.apps: '0'}}\n"
-    )
-    phase = _phase(_write_plan(tmp_path, control_plane, ns, manifests=MANIFESTS + quota))
-    audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-2")
-    with pytest.raises(PermanentError, match="^apply Deployment trainer: the API answered 403 Forbidden: .*quota"):
-        phase.run("rollout", audit, Reporter())
+    # The namespace is the run's own, so what goes into it cannot be dry-run first; the target's admission policy
+    # admits no Deployment there: the workloads wave is refused after namespaces, RBAC, config and storage. (A
+    # ResourceQuota applied with the config is no such refusal: the API's quota admission caches "no quota in this
+    # namespace" for 30 s from the run's first ConfigMap, so a Deployment created in the same second may pass it.)
+    with _no_deployments_in(control_plane, ns):
+        phase = _phase(_write_plan(tmp_path, control_plane, ns))
+        audit = AuditFolder(tmp_path / ".ferry" / "runs" / "run-2")
+        with pytest.raises(PermanentError, match="^apply Deployment trainer: the API answered 403 Forbidden: .*policy"):
+            phase.run("rollout", audit, Reporter())
     assert control_plane.get("v1", "PersistentVolumeClaim", "checkpoints", ns) is not None
     undo = phase.rollback(audit)
     assert undo.items[0] == f"delete apps/v1 Deployment {ns} trainer (workloads)"
     assert undo.items[1] == f"delete v1 PersistentVolumeClaim {ns} checkpoints (storage)"
     assert undo.items[-1] == f"delete v1 Namespace {ns} (namespaces)"
     assert control_plane.get("v1", "Namespace", ns) is None, "the namespace it created is gone, with what it held"
+
+
+@contextlib.contextmanager
+def _no_deployments_in(plane: ControlPlane, ns: str) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy refusing every Deployment in ns (and one named probe-<ns> in default, to tell
+    when the API enforces it), removed after."""
+    from kubernetes.client.rest import ApiException
+
+    admission = "admissionregistration.k8s.io/v1"
+    name = f"no-deployments-{ns}"
+    plane.seed({
+        "apiVersion": admission, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+            "validations": [{
+                "expression": f"object.metadata.namespace != '{ns}' && object.metadata.name != 'probe-{ns}'",
+                "message": "the target's policy admits no Deployment in this namespace", "reason": "Forbidden",
+            }],
+        },
+    })  # fmt: skip
+    plane.seed({
+        "apiVersion": admission, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    })  # fmt: skip
+    probe = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"probe-{ns}", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "probe"}}, "template": {
+            "metadata": {"labels": {"app": "probe"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+    }  # fmt: skip
+
+    def enforced() -> bool:
+        try:
+            plane.resource("apps/v1", "Deployment").create(body=probe, namespace="default", dry_run="All")
+        except ApiException as exc:
+            return exc.status == 403
+        return False
+
+    try:
+        plane.wait("the admission policy enforced", enforced)
+        yield
+    finally:
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+            plane.resource(admission, kind).delete(name=name)
 
 
 def test_rollback_deletes_only_what_carries_the_plan_label(
@@ -519,7 +564,7 @@ def test_a_claims_storage_class_is_reported_and_kept(control_plane: ControlPlane
 @pytest.fixture
 def grant(control_plane: ControlPlane) -> Iterator:
     """grant(user, apps=...): cluster-wide RBAC for user, what the rollout needs but creating Deployments unless
-    apps; the ClusterRole and its binding removed after the test."""
+    apps, in force when it returns; the ClusterRole and its binding removed after the test."""
     made: list[str] = []
 
     def grant(user: str, *, apps: bool) -> None:
@@ -545,11 +590,21 @@ def grant(control_plane: ControlPlane) -> Iterator:
             }
         )
         made.append(name)
+        # The authorizer reads bindings from its informer: wait until it knows this one.
+        control_plane.wait(f"{user} may create namespaces", lambda: _allowed(control_plane, user, "namespaces"))
 
     yield grant
     for name in made:
         for kind in ("ClusterRoleBinding", "ClusterRole"):
             control_plane.resource("rbac.authorization.k8s.io/v1", kind).delete(name=name)
+
+
+def _allowed(plane: ControlPlane, user: str, resource: str) -> bool:
+    from kubernetes import client
+
+    review = {"spec": {"user": user, "resourceAttributes": {"verb": "create", "resource": resource}}}
+    answer = client.AuthorizationV1Api(plane.core().api_client).create_subject_access_review(review)
+    return bool(answer.status.allowed)
 
 
 SERVICE = """\
