@@ -371,6 +371,22 @@ class ControlPlane:
             .to_dict()
         )
 
+    def allowed(self, subject: dict, namespace: str, verb: str, group: str, resource: str) -> bool:
+        """Whether the authorizer itself lets subject (an RBAC subject: User, Group or ServiceAccount) do verb on
+        group/resource in namespace ("" for cluster-wide), asked with a SubjectAccessReview."""
+        from kubernetes import client
+
+        attributes = {"namespace": namespace, "verb": verb, "group": group, "resource": resource}
+        spec: dict = {"resourceAttributes": attributes}
+        if subject["kind"] == "User":
+            spec["user"] = subject["name"]
+        elif subject["kind"] == "Group":
+            spec["groups"] = [subject["name"]]
+        else:
+            spec["user"] = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        return bool(client.AuthorizationV1Api(self._admin()).create_subject_access_review(review).status.allowed)
+
     def kubectl(self, *args: str, user: str = ADMIN, groups: tuple[str, ...] = ("system:masters",)) -> str:
         """kubectl's output (it raises with kubectl's own message on failure)."""
         path = self.kubeconfig(self.work / f"kubectl-{user}.kubeconfig", user=user, groups=groups)

@@ -45,21 +45,6 @@ def target_roles(control_plane: ControlPlane) -> Iterator[None]:
         rbac.delete(name=name)
 
 
-def _allowed(plane: ControlPlane, subject: dict, namespace: str, verb: str, group: str, resource: str) -> bool:
-    from kubernetes import client
-
-    spec: dict = {"resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": resource}}
-    if subject["kind"] == "User":
-        spec["user"] = subject["name"]
-    elif subject["kind"] == "Group":
-        spec["groups"] = [subject["name"]]
-    else:
-        spec["user"] = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-    answer = client.AuthorizationV1Api(plane._admin()).create_subject_access_review(review)
-    return bool(answer.status.allowed)
-
-
 def test_each_subject_gets_its_level_in_the_namespace_and_nothing_more(
     control_plane: ControlPlane, namespace: str, target_roles: None, tmp_path: Path
 ) -> None:
@@ -93,12 +78,12 @@ def test_each_subject_gets_its_level_in_the_namespace_and_nothing_more(
         role = binding["roleRef"]["name"]
         for subject in binding["subjects"]:
             for attributes in MAY[role]:
-                assert _allowed(control_plane, subject, namespace, *attributes), (subject, role, attributes)
+                assert control_plane.allowed(subject, namespace, *attributes), (subject, role, attributes)
             for attributes in MAY_NOT[role]:
-                assert not _allowed(control_plane, subject, namespace, *attributes), (subject, role, attributes)
+                assert not control_plane.allowed(subject, namespace, *attributes), (subject, role, attributes)
             # Nothing outside the plan's namespace.
-            assert not _allowed(control_plane, subject, "default", "get", "", "pods"), subject
+            assert not control_plane.allowed(subject, "default", "get", "", "pods"), subject
             checked += 1
     assert checked >= 3
     # Someone the exports do not name has nothing.
-    assert not _allowed(control_plane, {"kind": "User", "name": "mallory"}, namespace, "get", "", "pods")
+    assert not control_plane.allowed({"kind": "User", "name": "mallory"}, namespace, "get", "", "pods")

@@ -382,7 +382,8 @@ def _no_deployments_in(plane: ControlPlane, ns: str) -> Iterator[None]:
 
     admission = "admissionregistration.k8s.io/v1"
     name = f"no-deployments-{ns}"
-    plane.seed({
+    refusal = "the target's policy admits no Deployment in this namespace"
+    policy = {
         "apiVersion": admission, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
@@ -390,14 +391,14 @@ def _no_deployments_in(plane: ControlPlane, ns: str) -> Iterator[None]:
                                                     "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
             "validations": [{
                 "expression": f"object.metadata.namespace != '{ns}' && object.metadata.name != 'probe-{ns}'",
-                "message": "the target's policy admits no Deployment in this namespace", "reason": "Forbidden",
+                "message": refusal, "reason": "Forbidden",
             }],
         },
-    })  # fmt: skip
-    plane.seed({
+    }  # fmt: skip
+    binding = {
         "apiVersion": admission, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
-    })  # fmt: skip
+    }  # fmt: skip
     probe = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"probe-{ns}", "namespace": "default"},
         "spec": {"selector": {"matchLabels": {"app": "probe"}}, "template": {
@@ -408,15 +409,18 @@ def _no_deployments_in(plane: ControlPlane, ns: str) -> Iterator[None]:
         try:
             plane.resource("apps/v1", "Deployment").create(body=probe, namespace="default", dry_run="All")
         except ApiException as exc:
-            return exc.status == 403
+            return exc.status == 403 and refusal in exc.body
         return False
 
     try:
+        plane.seed(policy)
+        plane.seed(binding)
         plane.wait("the admission policy enforced", enforced)
         yield
     finally:
-        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
-            plane.resource(admission, kind).delete(name=name)
+        for made in (binding, policy):
+            if plane.get(admission, made["kind"], name) is not None:
+                plane.resource(admission, made["kind"]).delete(name=name)
 
 
 def test_rollback_deletes_only_what_carries_the_plan_label(
@@ -591,20 +595,15 @@ def grant(control_plane: ControlPlane) -> Iterator:
         )
         made.append(name)
         # The authorizer reads bindings from its informer: wait until it knows this one.
-        control_plane.wait(f"{user} may create namespaces", lambda: _allowed(control_plane, user, "namespaces"))
+        subject = {"kind": "User", "name": user}
+        control_plane.wait(
+            f"{user} may create namespaces", lambda: control_plane.allowed(subject, "", "create", "", "namespaces")
+        )
 
     yield grant
     for name in made:
         for kind in ("ClusterRoleBinding", "ClusterRole"):
             control_plane.resource("rbac.authorization.k8s.io/v1", kind).delete(name=name)
-
-
-def _allowed(plane: ControlPlane, user: str, resource: str) -> bool:
-    from kubernetes import client
-
-    review = {"spec": {"user": user, "resourceAttributes": {"verb": "create", "resource": resource}}}
-    answer = client.AuthorizationV1Api(plane.core().api_client).create_subject_access_review(review)
-    return bool(answer.status.allowed)
 
 
 SERVICE = """\
