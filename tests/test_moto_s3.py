@@ -11,6 +11,7 @@ from urllib.error import HTTPError
 
 import botocore.exceptions
 import pytest
+from awscrt.checksums import crc64nvme
 
 from connectors import s3 as s3_connector
 from connectors.checksum import crc32c
@@ -113,6 +114,35 @@ def test_a_trailer_checksum_is_held_to_the_body_too(verifying, signed: bool, tra
         with pytest.raises(HTTPError) as caught:
             urllib.request.urlopen(request)
         assert caught.value.code == 400 and refused.encode() in caught.value.read()
+
+
+PART = b"p" * (5 << 20)  # moto's least part size, as S3's
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "checksum_type", "expected"),
+    [
+        ("CRC32C", "FULL_OBJECT", _b64(crc32c(PART + BODY).to_bytes(4, "big"))),
+        ("CRC32", "FULL_OBJECT", _b64(zlib.crc32(PART + BODY).to_bytes(4, "big"))),
+        ("CRC64NVME", "FULL_OBJECT", _b64(crc64nvme(PART + BODY).to_bytes(8, "big"))),  # S3's when none is named
+        ("CRC32C", None, _b64(crc32c(b"".join(crc32c(p).to_bytes(4, "big") for p in (PART, BODY))).to_bytes(4, "big"))),
+    ],
+    ids=["crc32c-full", "crc32-full", "crc64nvme-full", "crc32c-composite"],
+)
+def test_a_multipart_uploads_checksum_is_the_one_s3_gives(verifying, algorithm, checksum_type, expected) -> None:
+    """The full-object CRC it computes part by part (not over a copy of the object) is the whole object's CRC."""
+    s3, key = verifying.client("s3"), f"mp-{algorithm}-{checksum_type}"
+    typed = {"ChecksumType": checksum_type} if checksum_type else {}
+    upload = s3.create_multipart_upload(Bucket="bkt", Key=key, ChecksumAlgorithm=algorithm, **typed)["UploadId"]
+    parts = [
+        {"PartNumber": n, "ETag": s3.upload_part(Bucket="bkt", Key=key, UploadId=upload, PartNumber=n, Body=body,
+                                                 ChecksumAlgorithm=algorithm)["ETag"]}
+        for n, body in ((1, PART), (2, BODY))
+    ]  # fmt: skip
+    s3.complete_multipart_upload(Bucket="bkt", Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+    head = s3.head_object(Bucket="bkt", Key=key, ChecksumMode="ENABLED")
+    assert head[f"Checksum{algorithm}"].split("-")[0] == expected
+    assert head.get("ChecksumType") == checksum_type  # moto names FULL_OBJECT only
 
 
 def test_a_content_md5_that_is_no_md5_is_invalid(verifying) -> None:
