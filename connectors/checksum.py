@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import crc32c as _crc32c
 from awscrt import checksums as _crt
 
 PREFIX = "crc32c:"
@@ -32,7 +31,7 @@ class Crc:
     compute: Callable[[bytes, int], int]
 
 
-CRC32C = Crc("crc32c", 0x82F63B78, 32, _crc32c.crc32c)
+CRC32C = Crc("crc32c", 0x82F63B78, 32, _crt.crc32c)  # hardware CRC32C, the GIL released
 CRC32 = Crc("crc32", 0xEDB88320, 32, zlib.crc32)  # zlib's: faster here than awscrt's
 CRC64NVME = Crc("crc64nvme", 0x9A6C9329AC4BC9B5, 64, _crt.crc64nvme)
 CRCS = {crc.name: crc for crc in (CRC32C, CRC32, CRC64NVME)}
@@ -40,7 +39,7 @@ CRCS = {crc.name: crc for crc in (CRC32C, CRC32, CRC64NVME)}
 
 def crc32c(data: bytes, value: int = 0) -> int:
     """CRC32C of data, continuing from value."""
-    return _crc32c.crc32c(data, value)
+    return _crt.crc32c(data, value)
 
 
 def _gf2_times(mat: tuple[int, ...], vec: int) -> int:

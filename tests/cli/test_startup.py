@@ -46,13 +46,14 @@ def test_help_and_other_commands_still_see_the_whole_app(args) -> None:
 
 
 def test_a_sync_into_s3_without_profiles_imports_neither_boto3_nor_yaml(tmp_path, moto_env) -> None:
-    """botocore's session, not boto3's; pydantic models and YAML only where a profiles file is read."""
+    """botocore's session, not boto3's; pydantic models and YAML only where a profiles file is read; awscrt's
+    CRC32C, not the crc32c package's (whose import reads every installed package's metadata)."""
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a").write_bytes(b"a")
     moto_env.client("s3").create_bucket(Bucket="startup")
     args = ["sync", str(tmp_path / "src"), "s3://startup/p", "--state-dir", str(tmp_path / "s"), "--no-progress"]
     modules = _imported_by(args, tmp_path / "modules")
     assert "connectors.s3" in modules and "botocore.session" in modules, "the S3 connector ran"
-    heavy = ("boto3", "s3transfer", "yaml", "ferry.profiles", "ferry.config")
+    heavy = ("boto3", "s3transfer", "yaml", "ferry.profiles", "ferry.config", "crc32c")
     assert sorted(m for m in modules if m.split(".")[0] in heavy or m in heavy) == []
     assert moto_env.client("s3").list_objects_v2(Bucket="startup")["KeyCount"] == 1, "and it copied"
