@@ -4,6 +4,7 @@ started once on first use and stopped by PID."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -18,6 +19,10 @@ os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "ferry")
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 # The server's scheduler looks for due deployments every 5 s, not 60: `ferry serve` is tested firing.
 os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "5")
+# A suite started in the background by a script (`make test &`, nohup) inherits SIGINT ignored, and so would every
+# ferry it starts, which would then sit through the Ctrl-C tests' SIGINT: the processes get it as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
