@@ -3,8 +3,12 @@ whole-object hashes), and checksum mismatches (copied once more, then failed).""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -90,19 +94,64 @@ def listing(
     connector: Connector, settings: TransferSettings, on_retry: Callable[[], None] = lambda: None
 ) -> Iterator[ObjectInfo]:
     """connector.list() of the settings' prefix and key range under the retry policy, resumed after the last key
-    seen; each batch has all its attempts."""
+    seen; each batch has all its attempts. The next batch is listed in a thread while this one is used
+    (read_ahead), so two listings joined key by key, or a listing and the work on what it lists, overlap instead
+    of taking turns on the network."""
     policy = retrying(settings, on_retry)
     pages = _ResumableListing(connector, settings.prefix, settings.start_after)
     start, end = settings.key_range
-    while batch := policy(pages.next_batch):
-        if start and batch[0].key <= start:
-            # A store that ignored StartAfter: two ranges would both copy these keys.
-            batch = [info for info in batch if info.key > start]
-        if end and batch and batch[-1].key > end:
-            # The range ends in this batch: no more pages are asked for.
-            yield from (info for info in batch if info.key <= end)
-            return
+
+    def batches() -> Iterator[list[ObjectInfo]]:
+        while batch := policy(pages.next_batch):
+            if start and batch[0].key <= start:
+                # A store that ignored StartAfter: two ranges would both copy these keys.
+                batch = [info for info in batch if info.key > start]
+            if end and batch and batch[-1].key > end:
+                # The range ends in this batch: no more pages are asked for.
+                yield [info for info in batch if info.key <= end]
+                return
+            yield batch
+
+    for batch in read_ahead(batches()):
         yield from batch
+
+
+_END = object()
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """items as they come, the next one produced in a thread (in this context) while the caller uses this one.
+
+    An exception comes where it happened in the sequence. Closing the generator (or dropping it) stops the
+    thread after the item it is producing: at most one item is made that nobody takes.
+    """
+    ready: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                ready.put((item, None))
+                if stop.is_set():
+                    return
+            ready.put((_END, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            ready.put((_END, exc))
+
+    threading.Thread(target=contextvars.copy_context().run, args=(produce,), name="read-ahead", daemon=True).start()
+    try:
+        while True:
+            item, exc = ready.get()
+            if exc is not None:
+                raise exc
+            if item is _END:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        # The producer is blocked on a full queue at most once, and after that put it sees stop.
+        with contextlib.suppress(queue.Empty):
+            ready.get_nowait()
 
 
 def hash_object(connector: Connector, info: ObjectInfo, chunk: int, policy: Retrying) -> str:

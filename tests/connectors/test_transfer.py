@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,85 @@ def test_listing_gives_each_batch_all_its_attempts_and_then_gives_up() -> None:
     with pytest.raises(TransientError):
         list(listing(FlakyListing(10, [0, 0, 0]), settings, on_retry=lambda: retries.append(1)))
     assert len(retries) == 1
+
+
+class GatedListing:
+    """A listing whose second batch may be served only once `release` is set; it records what it served."""
+
+    def __init__(self, count: int):
+        self.keys = [f"k{i:05d}" for i in range(count)]
+        self.asked_for_more = threading.Event()
+        self.release = threading.Event()
+        self.served = 0
+        self.context: list[str] = []
+
+    def list(self, prefix: str = "", start_after: str = ""):
+        self.context.append(RUN.get())
+        for key in (k for k in self.keys if k > start_after):
+            if self.served == 1000:
+                self.asked_for_more.set()
+                assert self.release.wait(30), "never released"
+            self.served += 1
+            yield info(key)
+
+
+RUN = contextvars.ContextVar("run", default="-")
+
+
+def test_a_listing_lists_its_next_batch_while_the_caller_uses_this_one() -> None:
+    from connectors.transfer import listing
+
+    gated = GatedListing(2500)
+    token = RUN.set("run-7")
+    try:
+        keys = listing(gated, TransferSettings())
+        assert next(keys).key == "k00000"
+    finally:
+        RUN.reset(token)
+    # Nobody asked for the 1001st key: the listing went on in its own thread, in the caller's context (bound log
+    # fields reach its retry lines).
+    assert gated.asked_for_more.wait(30)
+    assert gated.context == ["run-7"]
+    gated.release.set()
+    assert [i.key for i in keys] == gated.keys[1:]
+
+
+def test_a_listing_dropped_half_way_stops_listing() -> None:
+    from connectors.transfer import listing
+
+    gated = GatedListing(5000)
+    keys = listing(gated, TransferSettings())
+    assert next(keys).key == "k00000"
+    assert gated.asked_for_more.wait(30)
+    keys.close()
+    gated.release.set()
+    for _ in range(300):  # the thread finishes the batch it was listing, then sees it is not wanted
+        if not any(t.name == "read-ahead" for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.1)
+    assert not any(t.name == "read-ahead" for t in threading.enumerate())
+    assert gated.served == 2000  # the batch in hand and the one read ahead; not one more
+
+
+def test_a_listing_raises_its_error_after_the_objects_listed_before_it() -> None:
+    from connectors.transfer import listing
+    from ferry.errors import TransientError
+
+    settings = TransferSettings(retries=1)
+    seen = []
+    with pytest.raises(TransientError):
+        for item in listing(FlakyListing(2500, [1500]), settings):
+            seen.append(item.key)
+    assert seen == FlakyListing(2500, []).keys[:1000]  # the batch before the failing one, all of it
+
+
+def test_a_listing_with_a_range_end_asks_for_nothing_past_it() -> None:
+    from connectors.transfer import listing
+
+    gated = GatedListing(5000)
+    keys = [i.key for i in listing(gated, TransferSettings(end_at="k00010"))]
+    assert keys == gated.keys[:11]
+    assert gated.served == 1000 and not gated.asked_for_more.is_set()
 
 
 def test_a_checksum_mismatch_is_copied_once_more_and_a_second_one_fails() -> None:
