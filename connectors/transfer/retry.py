@@ -96,13 +96,19 @@ def listing(
     """connector.list() of the settings' prefix and key range under the retry policy, resumed after the last key
     seen; each batch has all its attempts. The next batch is listed in a thread while this one is used
     (read_ahead), so two listings joined key by key, or a listing and the work on what it lists, overlap instead
-    of taking turns on the network."""
-    policy = retrying(settings, on_retry)
+    of taking turns on the network. A sampled dry run, which stops part-way, lists in turn: a batch listed ahead
+    would be a request its estimate counts and never used."""
+    dropped = threading.Event()
+    # Dropped, the listing waits out no backoff and sends no further attempt.
+    policy = retrying(settings, on_retry).copy(sleep=dropped.wait)
     pages = _ResumableListing(connector, settings.prefix, settings.start_after)
     start, end = settings.key_range
 
+    def attempt() -> list[ObjectInfo]:
+        return [] if dropped.is_set() else pages.next_batch()
+
     def batches() -> Iterator[list[ObjectInfo]]:
-        while batch := policy(pages.next_batch):
+        while batch := policy(attempt):
             if start and batch[0].key <= start:
                 # A store that ignored StartAfter: two ranges would both copy these keys.
                 batch = [info for info in batch if info.key > start]
@@ -112,27 +118,28 @@ def listing(
                 return
             yield batch
 
-    for batch in read_ahead(batches()):
-        yield from batch
+    with contextlib.closing(batches() if settings.sample is not None else read_ahead(batches(), dropped)) as listed:
+        for batch in listed:
+            yield from batch
 
 
 _END = object()
 
 
-def read_ahead(items: Iterator[T]) -> Iterator[T]:
+def read_ahead(items: Iterator[T], dropped: threading.Event) -> Iterator[T]:
     """items as they come, the next one produced in a thread (in this context) while the caller uses this one.
 
-    An exception comes where it happened in the sequence. Closing the generator (or dropping it) stops the
-    thread after the item it is producing: at most one item is made that nobody takes.
+    An exception comes where it happened in the sequence. Closing the generator (or dropping it) sets dropped
+    and stops the thread after the item it is producing: at most two items are made that nobody takes, the one
+    waiting and the one in the making.
     """
     ready: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
 
     def produce() -> None:
         try:
             for item in items:
                 ready.put((item, None))
-                if stop.is_set():
+                if dropped.is_set():
                     return
             ready.put((_END, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
@@ -148,8 +155,8 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
                 return
             yield item  # type: ignore[misc]
     finally:
-        stop.set()
-        # The producer is blocked on a full queue at most once, and after that put it sees stop.
+        dropped.set()
+        # The producer is blocked on a full queue at most once, and after that put it sees dropped.
         with contextlib.suppress(queue.Empty):
             ready.get_nowait()
 

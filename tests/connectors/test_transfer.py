@@ -207,9 +207,11 @@ class GatedListing:
         self.release = threading.Event()
         self.served = 0
         self.context: list[str] = []
+        self.threads: list[threading.Thread] = []
 
     def list(self, prefix: str = "", start_after: str = ""):
         self.context.append(RUN.get())
+        self.threads.append(threading.current_thread())
         for key in (k for k in self.keys if k > start_after):
             if self.served == 1000:
                 self.asked_for_more.set()
@@ -248,12 +250,38 @@ def test_a_listing_dropped_half_way_stops_listing() -> None:
     assert gated.asked_for_more.wait(30)
     keys.close()
     gated.release.set()
-    for _ in range(300):  # the thread finishes the batch it was listing, then sees it is not wanted
-        if not any(t.name == "read-ahead" for t in threading.enumerate()):
-            break
-        threading.Event().wait(0.1)
-    assert not any(t.name == "read-ahead" for t in threading.enumerate())
+    (thread,) = gated.threads
+    thread.join(30)  # it finishes the batch it was listing, then sees nobody wants it
+    assert not thread.is_alive()
     assert gated.served == 2000  # the batch in hand and the one read ahead; not one more
+
+
+def test_a_listing_dropped_while_it_waits_to_retry_sends_nothing_more() -> None:
+    from connectors.transfer import listing
+
+    # The second batch fails, and its retry would wait a minute.
+    flaky = FlakyListing(2500, fail_after=[1000])
+    waiting: list[threading.Thread] = []
+    backoff = threading.Event()
+    settings = TransferSettings(retries=5, retry_base_s=60, retry_max_s=60)
+    keys = listing(flaky, settings, on_retry=lambda: (waiting.append(threading.current_thread()), backoff.set()))
+    assert next(keys).key == "k00000"
+    assert backoff.wait(30)
+    keys.close()
+    (thread,) = waiting
+    thread.join(30)
+    assert not thread.is_alive()
+    assert flaky.started_after == [""]  # no attempt after it was dropped
+
+
+def test_a_sampled_dry_run_lists_nothing_ahead() -> None:
+    from connectors.transfer import listing
+
+    gated = GatedListing(2500)
+    keys = listing(gated, TransferSettings(dry_run=True, sample=10))
+    assert [next(keys).key for _ in range(10)] == gated.keys[:10]
+    keys.close()
+    assert gated.served == 1000 and not gated.asked_for_more.is_set()
 
 
 def test_a_listing_raises_its_error_after_the_objects_listed_before_it() -> None:
