@@ -31,7 +31,9 @@ EXTRA = "pip install 'ferry[dask]'"
 # profiler's collection held. ferry's workers are not profiled. Set in this process's Dask config, which a local
 # cluster's nannies hand to their workers; a remote cluster's workers need it in their environment
 # (DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False: deploy/k8s sets it).
-WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+# And each worker runs this module's dask_setup() as it starts (a preload): Dask's log lines there carry an exception
+# in one line, not a traceback (a worker whose heartbeat finds the scheduler gone as the cluster closes logs one).
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.worker.preload": ["flows.cluster"]}
 
 
 def task_runner(placement: Placement) -> Any:
@@ -47,6 +49,7 @@ def task_runner(placement: Placement) -> Any:
     # the worker processes a local cluster starts (they read it from the environment).
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    errors_in_one_line()
     if placement.dask_address:
         if not os.environ.get("PREFECT_API_URL"):
             raise UsageError(
@@ -69,6 +72,32 @@ def task_runner(placement: Placement) -> Any:
             "dashboard_address": None,
         },
     )
+
+
+class _ErrorInOneLine(logging.Filter):
+    """A log record's exception as one line after its message instead of a traceback: none reaches a user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            with contextlib.suppress(Exception):  # a message that does not format stays as it is
+                record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
+            record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+def errors_in_one_line() -> None:
+    """Give the handlers Dask's logging set up in this process (distributed's, tornado's, bokeh's) _ErrorInOneLine."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("distributed", "tornado", "bokeh"):
+            for handler in logging.getLogger(name).handlers:
+                if not any(isinstance(f, _ErrorInOneLine) for f in handler.filters):
+                    handler.addFilter(_ErrorInOneLine())
+
+
+def dask_setup(worker: Any) -> None:
+    """Run by each worker of a cluster ferry starts, as it starts (WORKER_CONFIG's preload)."""
+    errors_in_one_line()
 
 
 def _client() -> Any:

@@ -399,3 +399,39 @@ def test_ferry_s_dask_workers_are_not_profiled(monkeypatch) -> None:
         task_runner(Placement(dask_address="tls://scheduler:8786"))
         assert dask.config.get("distributed.worker.profile.enabled") is False
     assert dask.config.get("distributed.comm.require-encryption", "gone") != "gone"
+
+
+DASK_ERRORS = """
+import logging, os
+os.environ["PREFECT_API_URL"] = "http://127.0.0.1:9/api"
+from distributed import Client, LocalCluster
+from ferry.phases.base import Placement
+from flows.cluster import task_runner
+
+def heartbeat_lost():
+    try:
+        raise OSError("Stream is closed")
+    except OSError:
+        logging.getLogger("distributed.worker").exception("Failed to communicate with scheduler during heartbeat.")
+    return os.getpid()
+
+task_runner(Placement(dask_workers=1))  # the driver's Dask config and logging, as a run sets them
+with LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None) as cluster:
+    with Client(cluster) as client:
+        (worker,) = client.run(heartbeat_lost).values()
+assert worker != os.getpid()
+heartbeat_lost()
+"""
+
+
+def test_dask_s_own_errors_reach_the_terminal_as_one_line_in_the_driver_and_the_workers() -> None:
+    """As a cluster closes on Ctrl-C, a worker's heartbeat can find the scheduler gone, and distributed logs that
+    with its traceback on the terminal (CI saw it once, in the Ctrl-C test above)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", DASK_ERRORS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = "Failed to communicate with scheduler during heartbeat. (OSError: Stream is closed)"
+    assert done.stderr.count(line) == 2, done.stderr[-3000:]  # the worker's and the driver's
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
