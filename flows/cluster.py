@@ -23,6 +23,7 @@ from prefect.context import FlowRunContext
 
 from ferry.errors import UsageError
 from ferry.phases.base import Placement
+from flows.console import one_line
 
 EXTRA = "pip install 'ferry[dask]'"
 # How ferry's Dask workers run. Dask's sampling profiler calls sys._current_frames() in every worker every 10 ms; on
@@ -74,25 +75,24 @@ def task_runner(placement: Placement) -> Any:
     )
 
 
-class _ErrorInOneLine(logging.Filter):
-    """A log record's exception as one line after its message instead of a traceback: none reaches a user."""
+class _OneLine(logging.Formatter):
+    """A handler's own format, each record on one line: its exception's one line after the message, no traceback."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None:
-            with contextlib.suppress(Exception):  # a message that does not format stays as it is
-                record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
-            record.exc_info = record.exc_text = record.stack_info = None
-        return True
+    def __init__(self, inner: logging.Formatter):
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return one_line(record, self.inner.format)
 
 
 def errors_in_one_line() -> None:
-    """Give the handlers Dask's logging set up in this process (distributed's, tornado's, bokeh's) _ErrorInOneLine."""
+    """Give the handlers Dask's logging set up in this process (distributed's, tornado's, bokeh's) _OneLine."""
     for name in list(logging.root.manager.loggerDict):
         if name.split(".")[0] in ("distributed", "tornado", "bokeh"):
             for handler in logging.getLogger(name).handlers:
-                if not any(isinstance(f, _ErrorInOneLine) for f in handler.filters):
-                    handler.addFilter(_ErrorInOneLine())
+                if not isinstance(handler.formatter, _OneLine):
+                    handler.setFormatter(_OneLine(handler.formatter or logging.Formatter()))
 
 
 def dask_setup(worker: Any) -> None:
